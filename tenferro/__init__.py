@@ -1,0 +1,21 @@
+"""tenferro: write and launch your own CUDA kernels from Python, checked and fast."""
+
+from .args import KernelArg, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
+from .errors import (
+    BackendError,
+    CompileError,
+    KernelFault,
+    RuntimeStateError,
+    TenferroError,
+    ValidationError,
+)
+from .launch import LaunchConfig
+from .module import CompiledCuda, Function, Module, cache_stats, compile_cuda
+from .spans import DeviceBytes, TensorMut, TensorRef
+
+__all__ = [
+    "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Function", "KernelArg",
+    "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "TenferroError", "TensorMut",
+    "TensorRef", "ValidationError", "bf16", "cache_stats", "compile_cuda", "f16", "f32", "f64",
+    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+]

@@ -1,0 +1,475 @@
+"""The only module that calls ``cuda.bindings``.
+
+Every call is checked here: a failing CUresult becomes a `BackendError` naming the operation and
+the CUresult; an asynchronous kernel fault becomes a `KernelFault`. Handles cross this seam as
+plain ``int``s; nothing above it sees a CUresult or a binding object.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from .errors import BackendError, KernelFault, RuntimeStateError
+
+__all__ = [
+    "PrimaryContext",
+    "driver_version",
+    "ensure_init",
+]
+
+try:  # cuda-bindings is a dependency, but a broken install must still say so clearly.
+    from cuda.bindings import driver as _cu
+except Exception as exc:  # pragma: no cover - depends on the install
+    _cu = None
+    _IMPORT_ERROR: Exception | None = exc
+else:
+    _IMPORT_ERROR = None
+
+# Results that mean the context is poisoned by a kernel: the work is lost, the session must stop.
+_FAULT_NAMES = frozenset({
+    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_UNKNOWN",
+})
+
+
+def result_name(err: Any) -> str:
+    """The CUresult name of ``err`` (``"CUDA_ERROR_INVALID_VALUE"``)."""
+    try:
+        return _cu.CUresult(int(err)).name
+    except Exception:  # pragma: no cover - an unknown code
+        return f"CUresult({int(err)})"
+
+
+def _fail(op: str, err: Any) -> BackendError:
+    name = result_name(err)
+    if name in _FAULT_NAMES:
+        return KernelFault(f"{op}: the device reported {name}", name, int(err))
+    return BackendError(f"{op}: the driver returned {name}", name, int(err))
+
+
+def _check(op: str, res: tuple) -> Any:
+    """Raise for a failing result; return the single value, the tuple of values, or None."""
+    if res[0]:
+        raise _fail(op, res[0])
+    if len(res) == 1:
+        return None
+    return res[1] if len(res) == 2 else res[1:]
+
+
+_init_lock = threading.Lock()
+_initialised = False
+_driver_version = 0
+
+
+def ensure_init(op: str = "session") -> None:
+    """Load libcuda and run cuInit once, or raise `RuntimeStateError` saying why not."""
+    global _initialised, _driver_version
+    if _initialised:
+        return
+    with _init_lock:
+        if _initialised:
+            return
+        if _cu is None:
+            raise RuntimeStateError(f"{op}: cuda.bindings could not be imported: {_IMPORT_ERROR}")
+        try:
+            res = _cu.cuInit(0)
+        except Exception as exc:  # libcuda missing: cuda.pathfinder raises its own type
+            raise RuntimeStateError(
+                f"{op}: no CUDA driver on this machine (libcuda could not be loaded: {exc})"
+            ) from None
+        if res[0]:
+            name = result_name(res[0])
+            if name == "CUDA_ERROR_NO_DEVICE":
+                raise RuntimeStateError(f"{op}: the CUDA driver found no GPU ({name})")
+            raise RuntimeStateError(f"{op}: the CUDA driver failed to initialise ({name})")
+        _driver_version = _check("cuDriverGetVersion", _cu.cuDriverGetVersion())
+        _initialised = True
+
+
+def driver_version() -> int:
+    """The driver's CUDA version as an int (13000 for 13.0); 0 when there is no driver."""
+    try:
+        ensure_init()
+    except RuntimeStateError:
+        return 0
+    return _driver_version
+
+
+def device_count() -> int:
+    """How many devices the driver sees (after CUDA_VISIBLE_DEVICES)."""
+    ensure_init()
+    return _check("cuDeviceGetCount", _cu.cuDeviceGetCount())
+
+
+# --- contexts ---------------------------------------------------------------------------------
+
+_A = _cu.CUdevice_attribute if _cu is not None else None
+
+
+class PrimaryContext:
+    """A device's primary context (the one numba, torch and cupy use), retained once.
+
+    One instance a device for the life of the process, so that memory handed out by a session
+    (a `Tensor` exported to torch) stays valid after the session closes.
+    """
+
+    _instances: dict[int, PrimaryContext] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+        self._dev = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+        ctx = _check("cuDevicePrimaryCtxRetain", _cu.cuDevicePrimaryCtxRetain(self._dev))
+        self.handle = int(ctx)
+        self._ctx = ctx
+        self.name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self._dev))
+        self.name = self.name.split(b"\0", 1)[0].decode()
+        self._attrs: dict[str, int] = {}
+        self._configure_mempool()
+
+    @classmethod
+    def get(cls, ordinal: int, op: str = "session") -> PrimaryContext:
+        """The primary context of device ``ordinal``; refuses an ordinal the driver lacks."""
+        ensure_init(op)
+        inst = cls._instances.get(ordinal)
+        if inst is not None:
+            return inst
+        with cls._lock:
+            count = device_count()
+            if not 0 <= ordinal < count:
+                raise RuntimeStateError(
+                    f"{op}: device={ordinal} does not exist; the driver sees {count} device(s)"
+                )
+            inst = cls._instances.get(ordinal)
+            if inst is None:
+                inst = cls._instances[ordinal] = PrimaryContext(ordinal)
+            return inst
+
+    def attribute(self, name: str) -> int:
+        """A device attribute by its CU_DEVICE_ATTRIBUTE_ suffix (``"MAX_GRID_DIM_X"``)."""
+        v = self._attrs.get(name)
+        if v is None:
+            attr = getattr(_A, "CU_DEVICE_ATTRIBUTE_" + name)
+            v = self._attrs[name] = _check(
+                "cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(attr, self._dev))
+        return v
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """(major, minor) of the device."""
+        return (self.attribute("COMPUTE_CAPABILITY_MAJOR"),
+                self.attribute("COMPUTE_CAPABILITY_MINOR"))
+
+    def _configure_mempool(self) -> None:
+        # Keep freed stream-ordered memory in the pool instead of returning it to the OS at every
+        # synchronize: allocation then costs microseconds, as in torch's caching allocator.
+        pool = _check("cuDeviceGetDefaultMemPool", _cu.cuDeviceGetDefaultMemPool(self._dev))
+        threshold = _cu.cuuint64_t(0xFFFFFFFFFFFFFFFF)
+        _check("cuMemPoolSetAttribute", _cu.cuMemPoolSetAttribute(
+            pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
+
+    def make_current(self) -> int:
+        """Make this context current on the calling thread; return the previous one."""
+        prev = _check("cuCtxGetCurrent", _cu.cuCtxGetCurrent())
+        if int(prev) != self.handle:
+            _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(self._ctx))
+        return int(prev)
+
+    def push(self) -> None:
+        """Push this context on the calling thread (for work off the session's thread)."""
+        _check("cuCtxPushCurrent", _cu.cuCtxPushCurrent(self._ctx))
+
+    @staticmethod
+    def pop() -> None:
+        """Pop the context pushed by `push`."""
+        _check("cuCtxPopCurrent", _cu.cuCtxPopCurrent())
+
+
+def set_current(handle: int) -> None:
+    """Make the context ``handle`` (0: none) current on the calling thread."""
+    _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(_cu.CUcontext(handle)))
+
+
+# --- streams and events -----------------------------------------------------------------------
+
+
+def stream_create() -> int:
+    """A new non-blocking stream in the current context."""
+    flags = _cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+    return int(_check("cuStreamCreate", _cu.cuStreamCreate(flags)))
+
+
+def stream_destroy(stream: int) -> None:
+    """Destroy a stream made by `stream_create`."""
+    _check("cuStreamDestroy", _cu.cuStreamDestroy(_cu.CUstream(stream)))
+
+
+def stream_context(stream: int) -> int:
+    """The context a stream belongs to."""
+    return int(_check("cuStreamGetCtx", _cu.cuStreamGetCtx(_cu.CUstream(stream))))
+
+
+def stream_synchronize(stream: int, op: str) -> None:
+    """Block until the stream is idle; a kernel fault raises `KernelFault`."""
+    _check(op, _cu.cuStreamSynchronize(_cu.CUstream(stream)))
+
+
+def event_create(timing: bool = False) -> int:
+    """A new event; ``timing`` enables elapsed-time queries (and costs a little)."""
+    flags = 0 if timing else _cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+    return int(_check("cuEventCreate", _cu.cuEventCreate(flags)))
+
+
+def event_destroy(event: int) -> None:
+    """Destroy an event."""
+    _check("cuEventDestroy", _cu.cuEventDestroy(_cu.CUevent(event)))
+
+
+def event_record(event: int, stream: int, op: str = "cuEventRecord") -> None:
+    """Record ``event`` at the current tail of ``stream``."""
+    _check(op, _cu.cuEventRecord(_cu.CUevent(event), _cu.CUstream(stream)))
+
+
+def event_query(event: int, op: str = "cuEventQuery") -> bool:
+    """True when the work before the event has completed."""
+    err = _cu.cuEventQuery(_cu.CUevent(event))[0]
+    if err == _cu.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    if err:
+        raise _fail(op, err)
+    return True
+
+
+def event_synchronize(event: int, op: str = "cuEventSynchronize") -> None:
+    """Block until the event has completed."""
+    _check(op, _cu.cuEventSynchronize(_cu.CUevent(event)))
+
+
+def event_elapsed_ms(start: int, end: int, op: str = "event.elapsed_ms") -> float:
+    """Milliseconds between two completed, timing-enabled events."""
+    return float(_check(op, _cu.cuEventElapsedTime(_cu.CUevent(start), _cu.CUevent(end))))
+
+
+def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") -> None:
+    """Order later work on ``stream`` after ``event``, without blocking the host."""
+    _check(op, _cu.cuStreamWaitEvent(_cu.CUstream(stream), _cu.CUevent(event), 0))
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def mem_alloc_async(nbytes: int, stream: int, op: str) -> int:
+    """Stream-ordered allocation of ``nbytes`` (at least 1) on ``stream``."""
+    return int(_check(op, _cu.cuMemAllocAsync(max(nbytes, 1), _cu.CUstream(stream))))
+
+
+def mem_free_async(ptr: int, stream: int) -> None:
+    """Stream-ordered free on ``stream``."""
+    _check("cuMemFreeAsync", _cu.cuMemFreeAsync(_cu.CUdeviceptr(ptr), _cu.CUstream(stream)))
+
+
+def mem_free(ptr: int) -> None:
+    """Free after all work on the device that uses it (for a stream that no longer exists)."""
+    _check("cuMemFree", _cu.cuMemFree(_cu.CUdeviceptr(ptr)))
+
+
+def memcpy_htod_async(dst: int, src_host: int, nbytes: int, stream: int, op: str) -> None:
+    """Copy host -> device on ``stream``."""
+    _check(op, _cu.cuMemcpyHtoDAsync(_cu.CUdeviceptr(dst), src_host, nbytes, _cu.CUstream(stream)))
+
+
+def memcpy_dtoh_async(dst_host: int, src: int, nbytes: int, stream: int, op: str) -> None:
+    """Copy device -> host on ``stream``."""
+    _check(op, _cu.cuMemcpyDtoHAsync(dst_host, _cu.CUdeviceptr(src), nbytes, _cu.CUstream(stream)))
+
+
+def memcpy_dtod_async(dst: int, src: int, nbytes: int, stream: int, op: str) -> None:
+    """Copy device -> device on ``stream``."""
+    _check(op, _cu.cuMemcpyDtoDAsync(
+        _cu.CUdeviceptr(dst), _cu.CUdeviceptr(src), nbytes, _cu.CUstream(stream)))
+
+
+def memset_d8_async(dst: int, value: int, nbytes: int, stream: int, op: str) -> None:
+    """Set ``nbytes`` bytes to ``value`` on ``stream``."""
+    _check(op, _cu.cuMemsetD8Async(_cu.CUdeviceptr(dst), value, nbytes, _cu.CUstream(stream)))
+
+
+_PA = _cu.CUpointer_attribute if _cu is not None else None
+_POINTER_ATTRS = (
+    [_PA.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _PA.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+     _PA.CU_POINTER_ATTRIBUTE_IS_MANAGED] if _cu is not None else [])
+
+MEMORY_HOST, MEMORY_DEVICE, MEMORY_UNKNOWN = "host", "device", "unknown"
+
+
+def pointer_info(ptr: int) -> tuple[str, int]:
+    """(memory kind, device ordinal) of a pointer; ``"unknown"`` for memory CUDA does not know.
+
+    Managed memory counts as device memory of its preferred device.
+    """
+    res = _cu.cuPointerGetAttributes(len(_POINTER_ATTRS), _POINTER_ATTRS, ptr)
+    if res[0]:
+        return MEMORY_UNKNOWN, -1
+    mem_type, ordinal, managed = res[1]
+    mem_type = int(mem_type or 0)
+    if managed:
+        return MEMORY_DEVICE, int(ordinal)
+    if mem_type == int(_cu.CUmemorytype.CU_MEMORYTYPE_DEVICE):
+        return MEMORY_DEVICE, int(ordinal)
+    if mem_type == int(_cu.CUmemorytype.CU_MEMORYTYPE_HOST):
+        return MEMORY_HOST, int(ordinal)
+    return MEMORY_UNKNOWN, -1
+
+
+# --- modules and functions --------------------------------------------------------------------
+
+
+def module_load_data(image: bytes, op: str) -> int:
+    """Load a PTX (NUL-terminated) or CUBIN image into the current context."""
+    return int(_check(op, _cu.cuModuleLoadData(image)))
+
+
+def module_unload(module: int) -> None:
+    """Unload a module."""
+    _check("cuModuleUnload", _cu.cuModuleUnload(_cu.CUmodule(module)))
+
+
+def module_get_function(module: int, name: str) -> int | None:
+    """The function ``name`` of a module, or None when the module has no such entry."""
+    res = _cu.cuModuleGetFunction(_cu.CUmodule(module), name.encode())
+    if res[0] == _cu.CUresult.CUDA_ERROR_NOT_FOUND:
+        return None
+    return int(_check("cuModuleGetFunction", res))
+
+
+def module_function_names(module: int) -> list[str]:
+    """The names of every kernel in a module."""
+    mod = _cu.CUmodule(module)
+    count = _check("cuModuleGetFunctionCount", _cu.cuModuleGetFunctionCount(mod))
+    funcs = _check("cuModuleEnumerateFunctions", _cu.cuModuleEnumerateFunctions(count, mod))
+    return sorted(_check("cuFuncGetName", _cu.cuFuncGetName(f)).decode() for f in funcs)
+
+
+_FA = _cu.CUfunction_attribute if _cu is not None else None
+
+
+def func_attribute(func: int, name: str) -> int:
+    """A function attribute by its CU_FUNC_ATTRIBUTE_ suffix (``"MAX_THREADS_PER_BLOCK"``)."""
+    attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
+    return int(_check("cuFuncGetAttribute", _cu.cuFuncGetAttribute(attr, _cu.CUfunction(func))))
+
+
+def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:
+    """Allow ``nbytes`` of dynamic shared memory for ``func`` (needed above 48 KiB)."""
+    attr = _FA.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _check(op, _cu.cuFuncSetAttribute(_cu.CUfunction(func), attr, nbytes))
+
+
+def func_param_layout(func: int) -> list[tuple[int, int]]:
+    """(offset, size) of each parameter, as the driver laid them out (cuFuncGetParamInfo)."""
+    f = _cu.CUfunction(func)
+    out = []
+    while True:
+        res = _cu.cuFuncGetParamInfo(f, len(out))
+        if res[0] == _cu.CUresult.CUDA_ERROR_INVALID_VALUE:
+            return out
+        off, size = _check("cuFuncGetParamInfo", res)
+        out.append((int(off), int(size)))
+
+
+# --- launch -----------------------------------------------------------------------------------
+
+
+def function_object(func: int) -> Any:
+    """The binding object for a function handle, made once and kept by the caller."""
+    return _cu.CUfunction(func)
+
+
+def stream_object(stream: int) -> Any:
+    """The binding object for a stream handle, made once and kept by the caller."""
+    return _cu.CUstream(stream)
+
+
+_launch_kernel = _cu.cuLaunchKernel if _cu is not None else None
+
+
+def launch(fobj: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
+           sobj: Any, params_addr: int, op: str) -> None:
+    """Enqueue a kernel with a pre-packed parameter pointer array at ``params_addr``."""
+    err = _launch_kernel(fobj, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                         shmem, sobj, params_addr, 0)[0]
+    if err:
+        raise _fail(op, err)
+
+
+# --- NVRTC (needs no driver) ------------------------------------------------------------------
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library in use."""
+    from cuda.bindings import nvrtc
+
+    res = nvrtc.nvrtcVersion()
+    if res[0]:
+        raise BackendError(f"nvrtcVersion: NVRTC returned {res[0].name}", res[0].name)
+    return int(res[1]), int(res[2])
+
+
+def nvrtc_compile(source: bytes, name: bytes, options: list[bytes],
+                  name_expressions: list[bytes], want_cubin: bool,
+                  ) -> tuple[bool, str, bytes, bytes | None, dict[str, str]]:
+    """Compile CUDA C with NVRTC: (ok, log, ptx, cubin or None, {expression: lowered name})."""
+    from cuda.bindings import nvrtc
+
+    def chk(op: str, res: tuple) -> Any:
+        if res[0]:
+            raise BackendError(f"{op}: NVRTC returned {res[0].name}", res[0].name)
+        return res[1] if len(res) == 2 else None
+
+    prog = chk("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source, name, 0, [], []))
+    try:
+        for e in name_expressions:
+            chk("nvrtcAddNameExpression", nvrtc.nvrtcAddNameExpression(prog, e))
+        res = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+        size = chk("nvrtcGetProgramLogSize", nvrtc.nvrtcGetProgramLogSize(prog))
+        log = b" " * size
+        chk("nvrtcGetProgramLog", nvrtc.nvrtcGetProgramLog(prog, log))
+        log_s = log.rstrip(b"\0 ").decode(errors="replace")
+        if res[0]:
+            return False, log_s, b"", None, {}
+        size = chk("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog))
+        ptx = b" " * size
+        chk("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, ptx))
+        cubin = None
+        if want_cubin:
+            size = chk("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))
+            cubin = b" " * size
+            chk("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, cubin))
+        lowered = {}
+        for e in name_expressions:
+            low = chk("nvrtcGetLoweredName", nvrtc.nvrtcGetLoweredName(prog, e))
+            lowered[e.decode()] = low.decode() if isinstance(low, bytes) else str(low)
+        return True, log_s, ptx.rstrip(b"\0"), cubin, lowered
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def cuda_include_dir() -> str | None:
+    """The CUDA toolkit header directory (cuda_fp16.h, ...) for NVRTC, or None when not found."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        found = find_nvidia_header_directory("cudart")
+    except Exception:
+        found = None
+    if found:
+        return str(found)
+    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if base and os.path.isfile(os.path.join(base, "include", "cuda_fp16.h")):
+            return os.path.join(base, "include")
+    return None

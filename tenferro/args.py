@@ -1,0 +1,260 @@
+"""`KernelArg`, the typed scalars (``tf.u32``, ``tf.f32``, ...), and packing into one param block.
+
+`ParamBlock` holds one kernel's arguments in one buffer, with the pointer array cuLaunchKernel
+takes, made once; `ParamBlock.pack` runs the ABI check of every argument against the kernel's
+`Signature` and writes the values in place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .dtypes import ScalarType
+from .errors import ValidationError
+from .signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signature
+from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
+
+__all__ = [
+    "KernelArg", "ParamBlock",
+    "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
+]
+
+_SCALAR, _POINTER, _BYTES = 0, 1, 2
+_U64 = struct.Struct("<Q")
+_SPAN_TYPES = (TensorRef, TensorMut, DeviceBytes)
+
+
+class KernelArg:
+    """One launch argument: a typed scalar, a device pointer from a span, or raw struct bytes.
+
+    Made by the factories `KernelArg.scalar`, `KernelArg.pointer`, `KernelArg.struct` or the typed
+    scalars (``tf.u32(n)``); the value is checked and packed once, when it is made.
+    """
+
+    __slots__ = ("kind", "scalar_type", "data", "span", "align")
+
+    def __init__(self, kind: int, scalar_type: ScalarType | None, data: bytes,
+                 span: Span | None = None, align: int = 1) -> None:
+        self.kind = kind
+        self.scalar_type = scalar_type
+        self.data = data
+        self.span = span
+        self.align = align
+
+    @classmethod
+    def scalar(cls, value: Any, dtype: Any) -> KernelArg:
+        """A scalar of ``dtype`` (a numpy dtype or a name like ``"u32"``); range-checked."""
+        t = dtypes.by_name(dtype) if isinstance(dtype, str) else dtypes.from_numpy(
+            dtype, "KernelArg.scalar")
+        return cls(_SCALAR, t, dtypes.pack_scalar(t, value, f"KernelArg.scalar({t.name})"))
+
+    @classmethod
+    def pointer(cls, span: Span) -> KernelArg:
+        """A device pointer to a span's memory (what passing the span itself does)."""
+        if not isinstance(span, Span):
+            raise ValidationError(f"KernelArg.pointer: span must be a TensorRef, TensorMut or "
+                                  f"DeviceBytes, got {type(span).__name__}")
+        return cls(_POINTER, None, b"", span)
+
+    @classmethod
+    def struct(cls, data: bytes | bytearray | memoryview | np.ndarray | ctypes.Structure,
+               align: int = 8) -> KernelArg:
+        """A by-value struct: its raw bytes, checked against the parameter's size at launch."""
+        if isinstance(data, np.ndarray):
+            raw = data.tobytes()
+        elif isinstance(data, ctypes.Structure):
+            raw = bytes(memoryview(data).cast("B"))
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            raise ValidationError(f"KernelArg.struct: data must be bytes, a numpy array or a "
+                                  f"ctypes.Structure, got {type(data).__name__}")
+        return cls(_BYTES, None, raw, None, align)
+
+    def describe(self) -> str:
+        """A short description for error messages."""
+        if self.kind == _SCALAR:
+            return f"{self.scalar_type.name} scalar"
+        if self.kind == _BYTES:
+            return f"{len(self.data)}-byte struct"
+        return type(self.span).__name__
+
+    def __repr__(self) -> str:
+        return f"KernelArg({self.describe()})"
+
+
+def _scalar_factory(name: str) -> Any:
+    t = dtypes.by_name(name)
+    op = f"tf.{name}"
+
+    def make(value: Any) -> KernelArg:
+        return KernelArg(_SCALAR, t, dtypes.pack_scalar(t, value, op))
+
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = f"A {name} kernel argument; refuses values {name} cannot hold."
+    return make
+
+
+u8, u16, u32, u64 = (_scalar_factory(n) for n in ("u8", "u16", "u32", "u64"))
+i8, i16, i32, i64 = (_scalar_factory(n) for n in ("i8", "i16", "i32", "i64"))
+f16, bf16, f32, f64 = (_scalar_factory(n) for n in ("f16", "bf16", "f32", "f64"))
+
+
+def _describe(a: Any) -> str:
+    if isinstance(a, KernelArg):
+        return a.describe()
+    if isinstance(a, np.generic):
+        return f"numpy {a.dtype} scalar"
+    return type(a).__name__
+
+
+def _scalar_fits(p: Param, t: ScalarType) -> bool:
+    if p.kind == INT:
+        return t.kind in ("int", "uint", "bool") and t.itemsize == p.size
+    if p.kind == FLOAT:
+        return t.is_float and t.itemsize == p.size and (p.scalar is None or p.scalar is t)
+    if p.kind == PTR_OR_INT:
+        return t.kind in ("int", "uint") and t.itemsize == 8
+    if p.kind in (BYTES, OPAQUE):
+        return t.itemsize == p.size
+    return False
+
+
+def _pack_python(p: Param, a: Any, op: str, i: int) -> bytes:
+    """A bare Python number, accepted only where the parameter's type is known."""
+    where = f"{op}: args[{i}]"
+    if p.kind == FLOAT and not isinstance(a, bool):
+        return dtypes.pack_scalar(p.scalar, a, where)
+    if p.kind == INT and isinstance(a, int):
+        if p.scalar is not None:
+            return dtypes.pack_scalar(p.scalar, a, where)
+        bits = 8 * p.size  # PTX gives the width, not the sign: accept either reading
+        if not -(1 << (bits - 1)) <= a < (1 << bits):
+            raise ValidationError(f"{where}: {a} does not fit a {bits}-bit integer parameter")
+        return (a & ((1 << bits) - 1)).to_bytes(p.size, "little")
+    raise ValidationError(
+        f"{where} is a bare Python {type(a).__name__} but the parameter is {p.describe()}; "
+        f"pass a typed scalar (tf.u64(...), tf.f32(...)) or a span")
+
+
+class ParamBlock:
+    """One buffer holding a kernel's packed arguments, and the pointer array into it.
+
+    Made once per kernel (or per bound launch); `pack` overwrites the values in place, so a
+    launch allocates nothing for its parameters. The driver copies the block at enqueue time,
+    so the same block can be repacked for the next launch at once.
+    """
+
+    __slots__ = ("sig", "params", "offsets", "_buf", "_mv", "_ptrs", "address", "nparams")
+
+    def __init__(self, sig: Signature) -> None:
+        self.sig = sig
+        self.params = sig.params
+        self.nparams = len(sig.params)
+        offsets, off = [], 0
+        for p in sig.params:
+            off = (off + p.align - 1) // p.align * p.align
+            offsets.append(off)
+            off += p.size
+        self.offsets = tuple(offsets)
+        self._buf = ctypes.create_string_buffer(max(off, 8))
+        self._mv = memoryview(self._buf).cast("B")
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
+        self.address = ctypes.addressof(self._ptrs)
+
+    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+        """Check every argument against the signature and write it; return the spans used.
+
+        Refuses (`ValidationError`): a wrong count, a span of another or a closed session, a
+        span where a scalar is expected or the reverse, a size or float/int mismatch, a bare
+        Python number where the type is not known, a `TensorRef` where the kernel writes, and
+        overlapping spans where one of them is writable.
+        """
+        params = self.params
+        if len(args) != self.nparams:
+            raise ValidationError(
+                f"{op}: kernel {self.sig.name!r} takes {self.nparams} argument(s), "
+                f"got {len(args)}")
+        mv, offsets = self._mv, self.offsets
+        spans: list = []
+        for i in range(self.nparams):
+            a = args[i]
+            p = params[i]
+            cls = type(a)
+            if cls is KernelArg:
+                if a.kind == _POINTER:
+                    a = a.span
+                    cls = type(a)
+                elif a.kind == _SCALAR:
+                    if not _scalar_fits(p, a.scalar_type):
+                        raise ValidationError(
+                            f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
+                    off = offsets[i]
+                    mv[off:off + p.size] = a.data
+                    continue
+                else:
+                    if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size:
+                        raise ValidationError(
+                            f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
+                    off = offsets[i]
+                    mv[off:off + p.size] = a.data
+                    continue
+            if cls in _SPAN_TYPES:
+                if a.session is not session:
+                    raise ValidationError(
+                        f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
+                        f"with this session's tensor()/tensor_mut()")
+                if p.kind is not PTR and p.kind is not PTR_OR_INT and not (
+                        p.kind == OPAQUE and p.size == 8):
+                    raise ValidationError(
+                        f"{op}: args[{i}] expects {p.describe()}, got a {cls.__name__} (pointer)")
+                if cls is TensorRef and p.writes:
+                    raise ValidationError(
+                        f"{op}: args[{i}] is a read-only TensorRef but kernel "
+                        f"{self.sig.name!r} writes parameter {p.name or i}; use tensor_mut()")
+                _U64.pack_into(mv, offsets[i], a.ptr)
+                spans.append(a)
+                continue
+            if isinstance(a, np.generic):
+                t = dtypes.from_numpy(a.dtype, f"{op}: args[{i}]")
+                if not _scalar_fits(p, t):
+                    raise ValidationError(
+                        f"{op}: args[{i}] expects {p.describe()}, got numpy {a.dtype} scalar")
+                data = dtypes.pack_scalar(t, a.item(), f"{op}: args[{i}]")
+            elif cls is int or cls is float or cls is bool:
+                data = _pack_python(p, a, op, i)
+            else:
+                raise ValidationError(
+                    f"{op}: args[{i}] is {_describe(a)}; expected a span (s.tensor(x), "
+                    f"s.tensor_mut(x)), a KernelArg or a typed scalar such as tf.u32(n)")
+            off = offsets[i]
+            mv[off:off + p.size] = data
+        if len(spans) > 1:
+            _check_overlaps(spans, args, op)
+        return spans
+
+
+def _position(args: list | tuple, span: Span) -> int:
+    for i, a in enumerate(args):
+        if a is span or (type(a) is KernelArg and a.span is span):
+            return i
+    return -1  # pragma: no cover
+
+
+def _check_overlaps(spans: list, args: list | tuple, op: str) -> None:
+    n = len(spans)
+    for i in range(n):
+        a = spans[i]
+        for j in range(i + 1, n):
+            b = spans[j]
+            if (a.writable or b.writable) and overlaps(a, b):
+                raise ValidationError(
+                    f"{op}: args[{_position(args, a)}] ({type(a).__name__}) and "
+                    f"args[{_position(args, b)}] ({type(b).__name__}) overlap in memory (0x{a.lo:x}-0x{a.hi:x} and "
+                    f"0x{b.lo:x}-0x{b.hi:x}); a writable span must be exclusive in a launch")

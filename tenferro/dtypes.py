@@ -1,0 +1,171 @@
+"""One table: numpy dtype <-> DLPack code <-> PTX parameter type <-> scalar packer.
+
+Every other module asks this table; nothing else spells a dtype.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ValidationError
+
+__all__ = ["ScalarType", "by_name", "from_dlpack", "from_numpy", "SCALAR_TYPES"]
+
+# DLPack type codes (dlpack.h DLDataTypeCode).
+DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarType:
+    """A scalar type as every layer sees it.
+
+    ``kind`` is ``"int"``, ``"uint"``, ``"float"``, ``"bool"`` or ``"complex"``;
+    ``ptx`` is the PTX parameter type a kernel declares for it.
+    """
+
+    name: str
+    kind: str
+    itemsize: int
+    numpy: np.dtype | None
+    dl_code: int
+    dl_bits: int
+    ptx: str
+    fmt: str  # struct format of the packed bits
+
+    @property
+    def is_float(self) -> bool:
+        """True for floating-point types (float16, bfloat16, float32, float64)."""
+        return self.kind == "float"
+
+
+def _np(name: str) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
+
+
+def _bfloat16_dtype() -> np.dtype | None:
+    try:  # ml_dtypes is what jax and torch interop hand us; optional.
+        import ml_dtypes  # type: ignore[import-not-found]
+
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        return None
+
+
+SCALAR_TYPES: tuple[ScalarType, ...] = (
+    ScalarType("bool", "bool", 1, np.dtype(np.bool_), DL_BOOL, 8, "u8", "<B"),
+    ScalarType("i8", "int", 1, np.dtype(np.int8), DL_INT, 8, "s8", "<b"),
+    ScalarType("i16", "int", 2, np.dtype(np.int16), DL_INT, 16, "s16", "<h"),
+    ScalarType("i32", "int", 4, np.dtype(np.int32), DL_INT, 32, "s32", "<i"),
+    ScalarType("i64", "int", 8, np.dtype(np.int64), DL_INT, 64, "s64", "<q"),
+    ScalarType("u8", "uint", 1, np.dtype(np.uint8), DL_UINT, 8, "u8", "<B"),
+    ScalarType("u16", "uint", 2, np.dtype(np.uint16), DL_UINT, 16, "u16", "<H"),
+    ScalarType("u32", "uint", 4, np.dtype(np.uint32), DL_UINT, 32, "u32", "<I"),
+    ScalarType("u64", "uint", 8, np.dtype(np.uint64), DL_UINT, 64, "u64", "<Q"),
+    ScalarType("f16", "float", 2, np.dtype(np.float16), DL_FLOAT, 16, "f16", "<H"),
+    ScalarType("bf16", "float", 2, _bfloat16_dtype(), DL_BFLOAT, 16, "b16", "<H"),
+    ScalarType("f32", "float", 4, np.dtype(np.float32), DL_FLOAT, 32, "f32", "<f"),
+    ScalarType("f64", "float", 8, np.dtype(np.float64), DL_FLOAT, 64, "f64", "<d"),
+    ScalarType("c64", "complex", 8, np.dtype(np.complex64), DL_COMPLEX, 64, "b64", "<ff"),
+    ScalarType("c128", "complex", 16, np.dtype(np.complex128), DL_COMPLEX, 128, "b128", "<dd"),
+)
+
+_BY_NAME = {t.name: t for t in SCALAR_TYPES}
+_BY_NUMPY = {t.numpy: t for t in SCALAR_TYPES if t.numpy is not None}
+_BY_DL = {(t.dl_code, t.dl_bits): t for t in SCALAR_TYPES}
+
+
+def by_name(name: str) -> ScalarType:
+    """The scalar type called ``name`` (``"f32"``, ``"u64"``, ...)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValidationError(
+            f"dtypes.by_name: unknown scalar type {name!r}; known: {sorted(_BY_NAME)}"
+        ) from None
+
+
+def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:
+    """The scalar type of a numpy dtype (or anything ``np.dtype`` accepts)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValidationError(f"{op}: {dtype!r} is not a dtype") from None
+    t = _BY_NUMPY.get(dt.newbyteorder("=") if dt.byteorder == ">" else dt)
+    if t is None or dt.byteorder == ">":
+        raise ValidationError(f"{op}: dtype {dt} is not supported on the device")
+    return t
+
+
+def from_dlpack(code: int, bits: int, lanes: int, op: str = "dlpack") -> ScalarType:
+    """The scalar type of a DLPack ``DLDataType``; vector lanes are refused."""
+    if lanes != 1:
+        raise ValidationError(f"{op}: DLPack dtype with {lanes=} is not supported (need 1)")
+    t = _BY_DL.get((code, bits))
+    if t is None:
+        raise ValidationError(f"{op}: DLPack dtype code={code} bits={bits} is not supported")
+    return t
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_F16_MAX = 65504.0
+_BF16_MAX = 3.3895313892515355e38
+
+
+def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
+    """Pack ``value`` into ``t``'s bits, refusing values outside the type.
+
+    An integer out of range, a non-integral value for an integer type, and a finite float that
+    would become infinite are refused with `ValidationError`.
+    """
+    if t.kind in ("int", "uint", "bool"):
+        if isinstance(value, (bool, np.bool_)) and t.kind != "bool":
+            value = int(value)
+        if isinstance(value, (float, np.floating)) or not isinstance(
+            value, (int, np.integer, bool, np.bool_)
+        ):
+            raise ValidationError(
+                f"{op}: {t.name} needs an integer, got {type(value).__name__} {value!r}"
+            )
+        v = int(value)
+        lo, hi = (0, (1 << (8 * t.itemsize)) - 1) if t.kind != "int" else (
+            -(1 << (8 * t.itemsize - 1)), (1 << (8 * t.itemsize - 1)) - 1)
+        if t.kind == "bool":
+            lo, hi = 0, 1
+        if not lo <= v <= hi:
+            raise ValidationError(f"{op}: {v} is out of range for {t.name} [{lo}, {hi}]")
+        return struct.pack(t.fmt, v)
+    if t.kind == "float":
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
+            value, (bool, np.bool_)
+        ):
+            raise ValidationError(
+                f"{op}: {t.name} needs a real number, got {type(value).__name__} {value!r}"
+            )
+        v = float(value)
+        limit = {"f16": _F16_MAX, "bf16": _BF16_MAX, "f32": _F32_MAX}.get(t.name)
+        if limit is not None and abs(v) > limit and v == v and abs(v) != float("inf"):
+            raise ValidationError(f"{op}: {v!r} overflows {t.name} (max {limit!r})")
+        if t.name == "f16":
+            return np.float16(v).tobytes()
+        if t.name == "bf16":
+            bits = int(np.float32(v).view(np.uint32))
+            if v != v:
+                return struct.pack("<H", 0x7FC0)
+            bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
+            return struct.pack("<H", (bits >> 16) & 0xFFFF)
+        return struct.pack(t.fmt, v)
+    if t.kind == "complex":
+        if not isinstance(value, (int, float, complex, np.number)):
+            raise ValidationError(f"{op}: {t.name} needs a number, got {value!r}")
+        c = complex(value)
+        if t.name == "c64" and (abs(c.real) > _F32_MAX or abs(c.imag) > _F32_MAX):
+            raise ValidationError(f"{op}: {c!r} overflows {t.name}")
+        return struct.pack(t.fmt, c.real, c.imag)
+    raise ValidationError(f"{op}: cannot pack {t.name}")  # pragma: no cover

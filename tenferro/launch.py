@@ -1,0 +1,112 @@
+"""`LaunchConfig`: grid, block and dynamic shared memory, and its checks against the device.
+
+What needs no device is checked when the config is made; the rest (the function's own thread
+limit, shared memory, the device's grid limit) when it is first launched with a function, and
+remembered for that function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ValidationError
+
+__all__ = ["LaunchConfig"]
+
+_MAX_GRID_X = (1 << 31) - 1
+_MAX_GRID_YZ = 65535
+_MAX_BLOCK = (1024, 1024, 64)
+_DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
+    if isinstance(value, bool):
+        raise ValidationError(f"{op}: {name}={value!r} must be an int or a tuple of 1-3 ints")
+    if isinstance(value, int):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValidationError(f"{op}: {name}={value!r} must be an int or a tuple of 1-3 ints")
+    dims = tuple(value) + (1,) * (3 - len(value))
+    if any(d < 1 for d in dims):
+        raise ValidationError(f"{op}: {name}={value!r}: every dimension must be >= 1")
+    return dims  # type: ignore[return-value]
+
+
+class LaunchConfig:
+    """Grid and block dimensions and dynamic shared memory of one launch; immutable.
+
+    Refused at construction (`ValidationError`): a dimension below 1, more than 1024 threads a
+    block (or a block dimension past 1024, 1024, 64), a grid x past 2**31-1 or y/z past 65535,
+    negative shared memory.
+    """
+
+    __slots__ = ("grid", "block", "shared_mem_bytes", "threads_per_block")
+
+    def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+                 shared_mem_bytes: int = 0) -> None:
+        op = "LaunchConfig"
+        g = _dim3(grid, "grid", op)
+        b = _dim3(block, "block", op)
+        if g[0] > _MAX_GRID_X or g[1] > _MAX_GRID_YZ or g[2] > _MAX_GRID_YZ:
+            raise ValidationError(f"{op}: grid={g} exceeds the CUDA grid limits "
+                                  f"({_MAX_GRID_X}, {_MAX_GRID_YZ}, {_MAX_GRID_YZ})")
+        if any(d > m for d, m in zip(b, _MAX_BLOCK, strict=True)):
+            raise ValidationError(f"{op}: block={b} exceeds the per-dimension limit {_MAX_BLOCK}")
+        threads = b[0] * b[1] * b[2]
+        if threads > 1024:
+            raise ValidationError(f"{op}: block={b} has {threads} threads; at most 1024")
+        if not isinstance(shared_mem_bytes, int) or isinstance(shared_mem_bytes, bool) or \
+                shared_mem_bytes < 0:
+            raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int >= 0")
+        object.__setattr__(self, "grid", g)
+        object.__setattr__(self, "block", b)
+        object.__setattr__(self, "shared_mem_bytes", shared_mem_bytes)
+        object.__setattr__(self, "threads_per_block", threads)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("LaunchConfig is immutable")
+
+    @classmethod
+    def flat(cls, threads: int, block: int = 256, shared_mem_bytes: int = 0) -> LaunchConfig:
+        """A 1-D launch covering ``threads`` threads with ``block`` threads a block.
+
+        ``threads`` = 0 is refused: a launch of no threads is a bug the driver would also refuse.
+        """
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ValidationError(f"LaunchConfig.flat: {threads=} must be an int >= 1")
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+            raise ValidationError(f"LaunchConfig.flat: {block=} must be an int >= 1")
+        return cls((threads + block - 1) // block, block, shared_mem_bytes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LaunchConfig) and (self.grid, self.block, self.shared_mem_bytes) \
+            == (other.grid, other.block, other.shared_mem_bytes)
+
+    def __hash__(self) -> int:
+        return hash((self.grid, self.block, self.shared_mem_bytes))
+
+    def __repr__(self) -> str:
+        return (f"LaunchConfig(grid={self.grid}, block={self.block}, "
+                f"shared_mem_bytes={self.shared_mem_bytes})")
+
+
+def check_against(config: LaunchConfig, fn: Any, op: str) -> None:
+    """Check ``config`` against the function's and device's limits; raise shared memory if needed.
+
+    ``fn`` provides ``max_threads_per_block``, ``static_shared_bytes``, ``dynamic_shared_limit``
+    (what is currently allowed), ``device_shared_optin`` and ``raise_dynamic_shared(n)``.
+    """
+    if config.threads_per_block > fn.max_threads_per_block:
+        raise ValidationError(
+            f"{op}: block={config.block} has {config.threads_per_block} threads but "
+            f"{fn.name!r} allows at most {fn.max_threads_per_block} (its registers or "
+            f"__launch_bounds__)")
+    dyn = config.shared_mem_bytes
+    if dyn > fn.dynamic_shared_limit:
+        optin = fn.device_shared_optin - fn.static_shared_bytes
+        if dyn > optin:
+            raise ValidationError(
+                f"{op}: shared_mem_bytes={dyn} exceeds what {fn.name!r} can have on this device "
+                f"({optin} bytes dynamic beside {fn.static_shared_bytes} static)")
+        fn.raise_dynamic_shared(dyn)

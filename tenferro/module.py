@@ -1,0 +1,270 @@
+"""`Module` and `Function`; CUDA C compilation through NVRTC with a disk cache.
+
+`compile_cuda` needs no GPU: it is what ``s.compile`` calls with the device's own architecture.
+The cache key covers the source, options, name expressions, architecture, target, and the
+NVRTC and driver versions; entries are written atomically (a temporary file, then a rename), so
+concurrent processes never read a half-written entry. The location is ``$TENFERRO_CACHE_DIR``,
+else ``~/.cache/tenferro``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _driver
+from .errors import BackendError, CompileError, ValidationError
+from .launch import _DEFAULT_SHARED_LIMIT
+from .signature import Signature, from_driver_layout, parse_ptx, refine_with_source
+
+__all__ = ["CompiledCuda", "Function", "Module", "cache_stats", "compile_cuda"]
+
+_CACHE_FORMAT = 1
+_stats_lock = threading.Lock()
+_stats = {"hits": 0, "misses": 0}
+
+
+def cache_stats() -> dict[str, int]:
+    """Hits and misses of the compile cache in this process, since import."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def cache_dir() -> Path:
+    """Where compiled modules are cached: ``$TENFERRO_CACHE_DIR`` or ``~/.cache/tenferro``."""
+    env = os.environ.get("TENFERRO_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "tenferro"
+
+
+@dataclass(frozen=True)
+class CompiledCuda:
+    """What NVRTC made of a source: the image to load and what tenferro knows of its kernels.
+
+    ``image`` is the CUBIN for ``target="cubin"`` or the PTX text (bytes) for ``"ptx"``;
+    ``lowered_names`` maps each name expression to its mangled entry name.
+    """
+
+    image: bytes
+    ptx: str
+    target: str
+    arch: str
+    log: str
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    from_cache: bool = False
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+def _norm_options(options: Any, op: str) -> list[str]:
+    if options is None:
+        return []
+    if isinstance(options, str):
+        options = [options]
+    opts = list(options)
+    for o in opts:
+        if not isinstance(o, str):
+            raise ValidationError(f"{op}: options must be strings, got {o!r}")
+        if o.startswith(("-arch", "--gpu-architecture")):
+            raise ValidationError(f"{op}: options={opts!r}: give the architecture as arch=, "
+                                  "not in options")
+    return opts
+
+
+def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
+                 options: Any = None, name_expressions: Any = None,
+                 *, name: str = "tenferro.cu", cache: bool = True,
+                 _driver_version: int = 0) -> CompiledCuda:
+    """Compile CUDA C with NVRTC to a CUBIN or PTX for ``arch``; needs no GPU.
+
+    Refused: a non-str source, an unknown target, an arch that is not ``sm_NN``/``compute_NN``,
+    ``-arch`` inside ``options``. A failed compile raises `CompileError` carrying NVRTC's log.
+    """
+    op = "compile_cuda"
+    if not isinstance(source, str):
+        raise ValidationError(f"{op}: source must be str, got {type(source).__name__}")
+    if target not in ("cubin", "ptx"):
+        raise ValidationError(f"{op}: {target=} must be 'cubin' or 'ptx'")
+    m = _ARCH.match(arch) if isinstance(arch, str) else None
+    if m is None:
+        raise ValidationError(f"{op}: {arch=} must look like 'sm_90' or 'compute_90'")
+    opts = _norm_options(options, op)
+    exprs = [name_expressions] if isinstance(name_expressions, str) else list(
+        name_expressions or ())
+    real_arch, virt_arch = f"sm_{m.group(2)}{m.group(3)}", f"compute_{m.group(2)}{m.group(3)}"
+    if target == "cubin" and arch.startswith("compute_"):
+        raise ValidationError(f"{op}: target='cubin' needs a real architecture (sm_NN), got "
+                              f"{arch=}")
+    arch_opt = f"-arch={real_arch if target == 'cubin' else virt_arch}"
+    include = _driver.cuda_include_dir()
+    base_opts = [arch_opt, "-std=c++17", *([f"-I{include}"] if include else [])]
+    nvrtc_ver = _driver.nvrtc_version()
+    key = hashlib.sha256(json.dumps(
+        [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version],
+    ).encode()).hexdigest()
+    path = cache_dir() / f"{key}.tfmod"
+    if cache:
+        hit = _read_cache(path)
+        if hit is not None:
+            with _stats_lock:
+                _stats["hits"] += 1
+            return _finish(hit, source, target, arch, from_cache=True)
+    with _stats_lock:
+        _stats["misses"] += 1
+    ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
+        source.encode(), name.encode(), [o.encode() for o in (*base_opts, *opts)],
+        [e.encode() for e in exprs], target == "cubin")
+    if not ok:
+        raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
+    entry = {"ptx": ptx.decode(), "log": log, "lowered": lowered,
+             "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex()}
+    if cache:
+        _write_cache(path, entry)
+    return _finish(entry, source, target, arch, from_cache=False)
+
+
+def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
+    sigs = refine_with_source(parse_ptx(entry["ptx"]), source)
+    return CompiledCuda(bytes.fromhex(entry["image_hex"]), entry["ptx"], target, arch,
+                        entry["log"], dict(entry["lowered"]), sigs, from_cache)
+
+
+def _read_cache(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return None  # missing or unreadable: compile again and overwrite
+    if not isinstance(entry, dict) or not {"ptx", "log", "lowered", "image_hex"} <= entry.keys():
+        return None
+    return entry
+
+
+def _write_cache(path: Path, entry: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tfmod")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entry, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only or full cache directory costs a recompile, never a failure
+
+
+_PTX_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)", re.M)
+
+
+class Module:
+    """A loaded PTX or CUBIN image in a session's context; unloaded when the session closes.
+
+    ``signatures`` are the parameter lists tenferro knows (from PTX, refined by CUDA C source).
+    """
+
+    __slots__ = ("session", "handle", "signatures", "kind", "_functions", "lowered_names",
+                 "__weakref__")
+
+    def __init__(self, session: Any, image: bytes, kind: str,
+                 signatures: dict[str, Signature], lowered_names: dict[str, str] | None = None,
+                 op: str = "session.load_module") -> None:
+        self.session = session
+        self.kind = kind
+        self.signatures = signatures
+        self.lowered_names = lowered_names or {}
+        self._functions: dict[str, Function] = {}
+        try:
+            self.handle = _driver.module_load_data(image, op)
+        except BackendError as exc:
+            if exc.result_name == "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" and kind == "ptx":
+                m = _PTX_VERSION.search(image.decode(errors="replace"))
+                ver = f"{m.group(1)}.{m.group(2)}" if m else "unknown"
+                dv = _driver.driver_version()
+                raise BackendError(
+                    f"{op}: the PTX is ISA version {ver}, newer than this driver "
+                    f"(CUDA {dv // 1000}.{dv % 1000 // 10}) can load; compile to CUBIN for the "
+                    f"device (the default of s.compile) or lower the PTX .version",
+                    exc.result_name, exc.result_code) from None
+            raise
+
+    def _names(self) -> list[str]:
+        return sorted(set(self.signatures) | set(_driver.module_function_names(self.handle)))
+
+    @property
+    def function_names(self) -> list[str]:
+        """The kernel entries this module holds."""
+        self.session._check_use("module.function_names")
+        return self._names()
+
+    def function(self, name: str) -> Function:
+        """The kernel ``name`` (a C name, a name expression given to compile, or a PTX entry).
+
+        A name the module lacks is a `ValidationError` listing the entries there.
+        """
+        op = "module.function"
+        self.session._check_use(op)
+        fn = self._functions.get(name)
+        if fn is not None:
+            return fn
+        if not isinstance(name, str):
+            raise ValidationError(f"{op}: name must be str, got {type(name).__name__}")
+        entry = self.lowered_names.get(name, name)
+        handle = _driver.module_get_function(self.handle, entry)
+        if handle is None:
+            raise ValidationError(f"{op}: no kernel named {name!r} in this module; it has "
+                                  f"{self._names()}")
+        sig = self.signatures.get(entry)
+        if sig is None:
+            sig = from_driver_layout(entry, _driver.func_param_layout(handle))
+        fn = self._functions[name] = Function(self, entry, handle, sig)
+        return fn
+
+    def unload(self) -> None:
+        """Unload now; called by the session after its stream has drained."""
+        if self.handle:
+            h, self.handle = self.handle, 0
+            _driver.module_unload(h)
+
+
+class Function:
+    """One kernel of a loaded module, with its parameter list and launch limits.
+
+    Keeps its module loaded; usable only in the module's session, while it is open.
+    """
+
+    __slots__ = ("module", "session", "name", "handle", "signature", "fobj", "block",
+                 "max_threads_per_block", "static_shared_bytes", "dynamic_shared_limit",
+                 "device_shared_optin", "checked_configs", "__weakref__")
+
+    def __init__(self, module: Module, name: str, handle: int, sig: Signature) -> None:
+        from .args import ParamBlock  # args sits above signature; imported once here
+
+        self.module = module
+        self.session = module.session
+        self.name = name
+        self.handle = handle
+        self.signature = sig
+        self.fobj = _driver.function_object(handle)
+        self.block = ParamBlock(sig)
+        self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
+        self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
+        self.dynamic_shared_limit = _DEFAULT_SHARED_LIMIT - self.static_shared_bytes
+        self.device_shared_optin = self.session.context.attribute(
+            "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+        self.checked_configs: set = set()
+
+    def raise_dynamic_shared(self, nbytes: int) -> None:
+        """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""
+        _driver.func_set_max_dynamic_shared(self.handle, nbytes, "session.launch")
+        self.dynamic_shared_limit = nbytes
+
+    def __repr__(self) -> str:
+        params = ", ".join(p.describe() for p in self.signature.params)
+        return f"Function({self.name!r}, ({params}))"
+

@@ -1,0 +1,191 @@
+"""A kernel's parameter list, and the ABI check of one argument against one parameter.
+
+A parameter list comes from the PTX ``.entry`` (`parse_ptx`), is refined by the CUDA C
+declaration where the source is at hand (`refine_with_source`: PTX cannot tell a pointer from a
+64-bit integer, nor a signed from an unsigned int), or is asked of the driver for a bare CUBIN
+(`from_driver_layout`: sizes only).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from . import dtypes
+from .dtypes import ScalarType
+from .errors import ValidationError
+
+__all__ = ["Param", "Signature", "parse_ptx", "refine_with_source", "from_driver_layout"]
+
+# Parameter kinds.
+PTR = "ptr"  # a device pointer
+INT = "int"  # an integer of `size` bytes (signedness in `scalar` when known)
+FLOAT = "float"  # a float of `size` bytes
+PTR_OR_INT = "ptr_or_int64"  # PTX .u64/.b64: a pointer or a 64-bit integer; PTX cannot say
+BYTES = "bytes"  # a by-value aggregate (.b8 array): raw bytes of exactly `size`
+OPAQUE = "opaque"  # only the size is known (driver layout of a CUBIN)
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One kernel parameter: its kind, size and alignment in bytes, and exact type if known.
+
+    ``writes`` is True / False where the compiler says whether the kernel stores through the
+    pointer (numba kernels), None where nothing says (PTX, CUDA C).
+    """
+
+    kind: str
+    size: int
+    align: int
+    scalar: ScalarType | None = None
+    name: str = ""
+    writes: bool | None = None
+
+    def describe(self) -> str:
+        """A short human description (``"u32"``, ``"pointer"``, ``"16-byte struct"``)."""
+        if self.kind == PTR:
+            return "pointer"
+        if self.kind == PTR_OR_INT:
+            return "pointer or 64-bit integer"
+        if self.kind in (BYTES, OPAQUE):
+            return f"{self.size}-byte {'struct' if self.kind == BYTES else 'value'}"
+        if self.scalar is not None:
+            return self.scalar.name
+        return f"{self.size * 8}-bit {self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """The parameter list of one kernel entry; ``origin`` says where it was read."""
+
+    name: str
+    params: tuple[Param, ...]
+    origin: str
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+
+_ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
+_PARAM = re.compile(
+    r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s*"
+    r"((?:\.ptr\s*)?(?:\.(?:global|const|shared|local)\s*)?(?:\.align\s+\d+\s*)?)"
+    r"([\w$]+)\s*(?:\[(\d+)\])?"
+)
+
+_PTX_INT = {"u8": 1, "s8": 1, "u16": 2, "s16": 2, "u32": 4, "s32": 4, "b8": 1, "b16": 2,
+            "b32": 4}
+_PTX_64 = {"u64", "s64", "b64"}
+_PTX_FLOAT = {"f32": 4, "f64": 8, "f16": 2}
+
+
+def _ptx_param(m: re.Match[str], entry: str) -> Param:
+    align_s, ty, annot, name, count = m.groups()
+    if count is not None:  # .b8 name[N]: a by-value aggregate
+        elem = _PTX_INT.get(ty) or _PTX_FLOAT.get(ty) or 8
+        size = elem * int(count)
+        return Param(BYTES, size, int(align_s or elem), None, name)
+    if ty in _PTX_64:
+        kind = PTR if ".ptr" in annot else PTR_OR_INT
+        return Param(kind, 8, int(align_s or 8), None, name)
+    if ty in _PTX_FLOAT:
+        size = _PTX_FLOAT[ty]
+        return Param(FLOAT, size, int(align_s or size), dtypes.by_name(
+            {"f32": "f32", "f64": "f64", "f16": "f16"}[ty]), name)
+    if ty in _PTX_INT:
+        size = _PTX_INT[ty]
+        return Param(INT, size, int(align_s or size), None, name)
+    raise ValidationError(f"signature.parse_ptx: entry {entry!r} has a parameter of PTX type "
+                          f".{ty} that tenferro does not know")
+
+
+def parse_ptx(text: str) -> dict[str, Signature]:
+    """Every ``.entry`` of a PTX text, by name, with its typed parameters in order.
+
+    Refuses (`ValidationError`) a parameter type it does not know, rather than guessing.
+    """
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    out: dict[str, Signature] = {}
+    for m in _ENTRY.finditer(text):
+        name, body = m.group(1), m.group(2)
+        params = tuple(_ptx_param(p, name) for p in _PARAM.finditer(body))
+        out[name] = Signature(name, params, "ptx")
+    return out
+
+
+# --- CUDA C declarations ----------------------------------------------------------------------
+
+_GLOBAL = re.compile(
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)", re.S)
+_CTYPES = {
+    "float": "f32", "double": "f64", "bool": "bool",
+    "char": "i8", "signed char": "i8", "unsigned char": "u8", "int8_t": "i8", "uint8_t": "u8",
+    "short": "i16", "unsigned short": "u16", "int16_t": "i16", "uint16_t": "u16",
+    "int": "i32", "signed": "i32", "unsigned": "u32", "unsigned int": "u32",
+    "int32_t": "i32", "uint32_t": "u32",
+    "long": "i64", "unsigned long": "u64", "long long": "i64", "unsigned long long": "u64",
+    "int64_t": "i64", "uint64_t": "u64", "size_t": "u64", "ptrdiff_t": "i64",
+    "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16",
+}
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__)\b")
+
+
+def _c_param(decl: str) -> Param | None:
+    """The kind of one C parameter declaration, or None when it is not a plain type."""
+    decl = re.sub(r"\s+", " ", decl.strip())
+    if "*" in decl:
+        return Param(PTR, 8, 8)
+    words = _QUALIFIERS.sub(" ", decl).split()
+    if len(words) < 2:
+        return None
+    ctype = " ".join(words[:-1])
+    name = _CTYPES.get(ctype) or _CTYPES.get(ctype.removesuffix(" int"))
+    if name is None:
+        return None
+    t = dtypes.by_name(name)
+    return Param(FLOAT if t.is_float else INT, t.itemsize, t.itemsize, t)
+
+
+def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Signature]:
+    """Refine PTX signatures with the ``__global__`` declarations of the CUDA C source.
+
+    Only unmangled (``extern "C"``) entries are refined, and a parameter only where the C type is
+    a plain type or a pointer whose size agrees with the PTX: a 64-bit PTX parameter becomes a
+    pointer or an exact integer type, a 32-bit one gets its signedness.
+    """
+    out = dict(sigs)
+    for m in _GLOBAL.finditer(source):
+        name, arglist = m.group(1), m.group(2).strip()
+        sig = sigs.get(name)
+        if sig is None:
+            continue
+        decls = [] if arglist in ("", "void") else arglist.split(",")
+        if len(decls) != len(sig.params):
+            continue
+        params = []
+        for ptx, decl in zip(sig.params, decls, strict=True):
+            c = _c_param(decl)
+            if c is not None and ptx.kind in (PTR_OR_INT, PTR, INT, FLOAT) and c.size == ptx.size \
+                    and (c.kind == FLOAT) == (ptx.kind == FLOAT):
+                params.append(replace(ptx, kind=c.kind, scalar=c.scalar))
+            elif c is not None and ptx.kind == BYTES and c.scalar is not None \
+                    and c.size == ptx.size:  # __half / __nv_bfloat16 are structs in PTX
+                params.append(replace(ptx, kind=FLOAT, scalar=c.scalar))
+            else:
+                params.append(ptx)
+        out[name] = Signature(name, tuple(params), "cuda")
+    return out
+
+
+def from_driver_layout(name: str, layout: list[tuple[int, int]]) -> Signature:
+    """A signature from cuFuncGetParamInfo's (offset, size) list: sizes only, kinds unknown."""
+    params = []
+    for off, size in layout:
+        # The offset's own alignment, capped at the size: what the driver laid out.
+        align = 16
+        while align > 1 and (off % align or align > size):
+            align //= 2
+        params.append(Param(OPAQUE, size, align))
+    return Signature(name, tuple(params), "driver")

@@ -1,0 +1,121 @@
+"""Checked spans over device memory: `TensorRef` (read-only), `TensorMut` (exclusive), `DeviceBytes`.
+
+A span is made by its session (``s.tensor``, ``s.tensor_mut``, ``s.alloc_bytes``) after every
+check of the design; it records the pointer, size, dtype, shape, strides (in bytes, as numpy and
+the CUDA Array Interface give them), device, and the owner that keeps the memory alive. It is
+usable only in the session that made it, and only while that session is open.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .dtypes import ScalarType
+
+__all__ = ["DeviceBytes", "Span", "TensorMut", "TensorRef"]
+
+
+class Span:
+    """Common part of every span; not made directly."""
+
+    __slots__ = ("ptr", "nbytes", "scalar_type", "shape", "strides", "device", "owner",
+                 "session", "lo", "hi", "__weakref__")
+    writable = False
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                 scalar_type: ScalarType, device: int, owner: Any, session: Any) -> None:
+        self.ptr = ptr
+        self.shape = shape
+        self.strides = strides
+        self.scalar_type = scalar_type
+        self.device = device
+        self.owner = owner
+        self.session = session
+        n = 1
+        for d in shape:
+            n *= d
+        self.nbytes = n * scalar_type.itemsize
+        # The byte extent [lo, hi) the span can touch, for the overlap checks of a launch.
+        if n == 0:
+            self.lo = self.hi = ptr
+        else:
+            lo = hi = ptr
+            for d, st in zip(shape, strides, strict=True):
+                if st < 0:
+                    lo += (d - 1) * st
+                else:
+                    hi += (d - 1) * st
+            self.lo, self.hi = lo, hi + scalar_type.itemsize
+
+    @property
+    def dtype(self) -> np.dtype | str:
+        """The numpy dtype (or the type's name where numpy has none, such as bf16)."""
+        t = self.scalar_type
+        return t.numpy if t.numpy is not None else t.name
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self.nbytes // self.scalar_type.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        """True when the elements are packed in row-major order with no gaps."""
+        return _c_contiguous(self.shape, self.strides, self.scalar_type.itemsize)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(ptr=0x{self.ptr:x}, shape={self.shape}, "
+                f"dtype={self.scalar_type.name}, device={self.device})")
+
+
+class TensorRef(Span):
+    """A read-only view: a kernel may read it; it may overlap other `TensorRef`s in a launch."""
+
+    __slots__ = ()
+
+
+class TensorMut(Span):
+    """An exclusive view: no other span of the same launch may overlap it."""
+
+    __slots__ = ()
+    writable = True
+
+
+class DeviceBytes(Span):
+    """An untyped, exclusive workspace of ``nbytes`` bytes (``s.alloc_bytes``)."""
+
+    __slots__ = ()
+    writable = True
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    expected = itemsize
+    for d, st in zip(reversed(shape), reversed(strides), strict=True):
+        if d == 0:
+            return True
+        if d != 1 and st != expected:
+            return False
+        expected *= d
+    return True
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Row-major strides in bytes for ``shape``."""
+    out = []
+    acc = itemsize
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(out))
+
+
+def overlaps(a: Span, b: Span) -> bool:
+    """True when the byte extents of two spans intersect."""
+    return a.lo < b.hi and b.lo < a.hi and a.hi > a.lo and b.hi > b.lo
