@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 from .errors import BackendError, KernelFault, RuntimeStateError
 
@@ -118,8 +118,8 @@ class PrimaryContext:
     (a `Tensor` exported to torch) stays valid after the session closes.
     """
 
-    _instances: dict[int, PrimaryContext] = {}
-    _lock = threading.Lock()
+    _instances: ClassVar[dict[int, PrimaryContext]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal

@@ -36,7 +36,7 @@ class KernelArg:
     scalars (``tf.u32(n)``); the value is checked and packed once, when it is made.
     """
 
-    __slots__ = ("kind", "scalar_type", "data", "span", "align")
+    __slots__ = ("align", "data", "kind", "scalar_type", "span")
 
     def __init__(self, kind: int, scalar_type: ScalarType | None, data: bytes,
                  span: Span | None = None, align: int = 1) -> None:
@@ -150,7 +150,7 @@ class ParamBlock:
     so the same block can be repacked for the next launch at once.
     """
 
-    __slots__ = ("sig", "params", "offsets", "_buf", "_mv", "_ptrs", "address", "nparams")
+    __slots__ = ("_buf", "_mv", "_ptrs", "address", "nparams", "offsets", "params", "sig")
 
     def __init__(self, sig: Signature) -> None:
         self.sig = sig
@@ -256,5 +256,6 @@ def _check_overlaps(spans: list, args: list | tuple, op: str) -> None:
             if (a.writable or b.writable) and overlaps(a, b):
                 raise ValidationError(
                     f"{op}: args[{_position(args, a)}] ({type(a).__name__}) and "
-                    f"args[{_position(args, b)}] ({type(b).__name__}) overlap in memory (0x{a.lo:x}-0x{a.hi:x} and "
-                    f"0x{b.lo:x}-0x{b.hi:x}); a writable span must be exclusive in a launch")
+                    f"args[{_position(args, b)}] ({type(b).__name__}) overlap in memory "
+                    f"(0x{a.lo:x}-0x{a.hi:x} and 0x{b.lo:x}-0x{b.hi:x}); "
+                    "a writable span must be exclusive in a launch")

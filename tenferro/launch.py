@@ -22,6 +22,7 @@ _DEFAULT_SHARED_LIMIT = 48 * 1024
 def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
     if isinstance(value, bool):
         raise ValidationError(f"{op}: {name}={value!r} must be an int or a tuple of 1-3 ints")
+    given = value
     if isinstance(value, int):
         value = (value,)
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 or not all(
@@ -29,7 +30,7 @@ def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
         raise ValidationError(f"{op}: {name}={value!r} must be an int or a tuple of 1-3 ints")
     dims = tuple(value) + (1,) * (3 - len(value))
     if any(d < 1 for d in dims):
-        raise ValidationError(f"{op}: {name}={value!r}: every dimension must be >= 1")
+        raise ValidationError(f"{op}: {name}={given!r}: every dimension must be >= 1")
     return dims  # type: ignore[return-value]
 
 
@@ -41,7 +42,7 @@ class LaunchConfig:
     negative shared memory.
     """
 
-    __slots__ = ("grid", "block", "shared_mem_bytes", "threads_per_block")
+    __slots__ = ("block", "grid", "shared_mem_bytes", "threads_per_block")
 
     def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...],
                  shared_mem_bytes: int = 0) -> None:

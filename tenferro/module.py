@@ -168,8 +168,15 @@ class Module:
     ``signatures`` are the parameter lists tenferro knows (from PTX, refined by CUDA C source).
     """
 
-    __slots__ = ("session", "handle", "signatures", "kind", "_functions", "lowered_names",
-                 "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_functions",
+        "handle",
+        "kind",
+        "lowered_names",
+        "session",
+        "signatures",
+    )
 
     def __init__(self, session: Any, image: bytes, kind: str,
                  signatures: dict[str, Signature], lowered_names: dict[str, str] | None = None,
@@ -238,9 +245,21 @@ class Function:
     Keeps its module loaded; usable only in the module's session, while it is open.
     """
 
-    __slots__ = ("module", "session", "name", "handle", "signature", "fobj", "block",
-                 "max_threads_per_block", "static_shared_bytes", "dynamic_shared_limit",
-                 "device_shared_optin", "checked_configs", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "block",
+        "checked_configs",
+        "device_shared_optin",
+        "dynamic_shared_limit",
+        "fobj",
+        "handle",
+        "max_threads_per_block",
+        "module",
+        "name",
+        "session",
+        "signature",
+        "static_shared_bytes",
+    )
 
     def __init__(self, module: Module, name: str, handle: int, sig: Signature) -> None:
         from .args import ParamBlock  # args sits above signature; imported once here

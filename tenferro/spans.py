@@ -1,4 +1,4 @@
-"""Checked spans over device memory: `TensorRef` (read-only), `TensorMut` (exclusive), `DeviceBytes`.
+"""Checked spans over device memory: `TensorRef`, `TensorMut` (exclusive), `DeviceBytes`.
 
 A span is made by its session (``s.tensor``, ``s.tensor_mut``, ``s.alloc_bytes``) after every
 check of the design; it records the pointer, size, dtype, shape, strides (in bytes, as numpy and
@@ -20,8 +20,19 @@ __all__ = ["DeviceBytes", "Span", "TensorMut", "TensorRef"]
 class Span:
     """Common part of every span; not made directly."""
 
-    __slots__ = ("ptr", "nbytes", "scalar_type", "shape", "strides", "device", "owner",
-                 "session", "lo", "hi", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "device",
+        "hi",
+        "lo",
+        "nbytes",
+        "owner",
+        "ptr",
+        "scalar_type",
+        "session",
+        "shape",
+        "strides",
+    )
     writable = False
 
     def __init__(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],

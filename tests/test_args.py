@@ -1,0 +1,161 @@
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+import tenferro as tf
+from tenferro.args import ParamBlock
+from tenferro.signature import parse_ptx, refine_with_source
+
+SRC = r'''
+extern "C" __global__ void k(float* y, const float* x, float a, unsigned n, double d,
+                             long long q) {}
+'''
+PTX_ONLY = """
+.visible .entry raw(.param .u64 raw_param_0, .param .u32 raw_param_1, .param .f32 raw_param_2)
+{ ret; }
+"""
+
+
+def _block(src=SRC, name="k"):
+    sig = tf.compile_cuda(src).signatures[name]
+    return ParamBlock(sig)
+
+
+def _read(block, i, fmt):
+    off = block.offsets[i]
+    return struct.unpack_from(fmt, ctypes.string_at(ctypes.addressof(block._buf) + off, 16))[0]
+
+
+@pytest.mark.parametrize("make,value", [
+    (tf.u8, 256), (tf.u8, -1), (tf.i8, 128), (tf.i16, -32769), (tf.u32, 1 << 32),
+    (tf.i32, 1 << 31), (tf.u64, -1), (tf.i64, 1 << 63),
+])
+def test_integer_scalars_refuse_out_of_range(make, value):
+    with pytest.raises(tf.ValidationError, match=rf"tf\.{make.__name__}: .*out of range"):
+        make(value)
+
+
+@pytest.mark.parametrize("make,value", [(tf.f32, 1e39), (tf.f16, 70000.0), (tf.bf16, 1e39)])
+def test_float_scalars_refuse_finite_overflow(make, value):
+    with pytest.raises(tf.ValidationError, match=rf"tf\.{make.__name__}: .*overflows"):
+        make(value)
+
+
+def test_scalars_refuse_wrong_kind():
+    with pytest.raises(tf.ValidationError, match=r"tf\.u32: u32 needs an integer"):
+        tf.u32(1.5)
+    with pytest.raises(tf.ValidationError, match=r"tf\.f32: f32 needs a real number"):
+        tf.f32("1")
+
+
+def test_scalars_pack_exact_bits(rng):
+    v = float(rng.standard_normal())
+    assert tf.f32(v).data == np.float32(v).tobytes()
+    assert tf.f16(v).data == np.float16(v).tobytes()
+    assert tf.i64(-5).data == struct.pack("<q", -5)
+    # bf16 is the top half of the f32 bits, rounded to nearest even.
+    assert tf.bf16(1.0).data == struct.pack("<H", 0x3F80)
+    assert tf.bf16(float.fromhex("0x1.0101p0")).data == struct.pack("<H", 0x3F81)
+    assert tf.f32(float("inf")).data == np.float32("inf").tobytes()  # inf is not an overflow
+
+
+def _mut(ptr, n=4):
+    from tenferro.dtypes import by_name
+    return tf.TensorMut(ptr, (n,), (4,), by_name("f32"), 0, None, None)
+
+
+def _ref(ptr, n=4):
+    from tenferro.dtypes import by_name
+    return tf.TensorRef(ptr, (n,), (4,), by_name("f32"), 0, None, None)
+
+
+def test_pack_writes_values_in_place(rng):
+    b = _block()
+    a, n, d, q = float(rng.standard_normal()), int(rng.integers(1, 1 << 31)), \
+        float(rng.standard_normal()), int(rng.integers(-(1 << 62), 1 << 62))
+    b.pack([_mut(0x1000), _ref(0x2000), tf.f32(a), tf.u32(n), d, q], None, "session.launch")
+    assert _read(b, 0, "<Q") == 0x1000 and _read(b, 1, "<Q") == 0x2000
+    assert _read(b, 2, "<f") == np.float32(a)
+    assert _read(b, 3, "<I") == n
+    assert _read(b, 4, "<d") == d  # a Python float where the type is known: f64
+    assert _read(b, 5, "<q") == q
+    # numpy scalars keep their exact width
+    b.pack([_mut(0x100), _ref(0x200), np.float32(a), np.uint32(n), np.float64(d), np.int64(q)],
+           None, "session.launch")
+    assert _read(b, 3, "<I") == n
+
+
+@pytest.mark.parametrize("args,pattern", [
+    ([tf.u64(1), tf.u64(2), tf.f32(1), 3, 1.0, 1],
+     r"session\.launch: args\[0\] expects pointer, got u64 scalar"),
+    ([_mut(0x1000), _ref(0x1000), tf.f32(1), 3, 1.0, 1],
+     r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorRef\) overlap"),
+    ([_mut(0x1000), _mut(0x1004), tf.f32(1), 3, 1.0, 1],
+     r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap"),
+    ([_mut(0x1000), _ref(0x1000), tf.f32(1), _ref(0x1000), 1.0, 1],
+     r"session\.launch: args\[3\] expects u32, got a TensorRef"),
+    ([tf.u64(1)], r"session\.launch: kernel 'k' takes 6 argument\(s\), got 1"),
+    ([_mut(1), _ref(64), tf.u32(3), tf.u32(4), 1.0, 1],
+     r"session\.launch: args\[2\] expects f32, got u32 scalar"),
+    ([_mut(1), _ref(64), tf.f32(1), tf.u64(4), 1.0, 1],
+     r"session\.launch: args\[3\] expects u32, got u64 scalar"),
+    ([tf.u32(1), _ref(64), tf.f32(1), tf.u32(4), 1.0, 1],
+     r"session\.launch: args\[0\] expects pointer, got u32 scalar"),
+    ([_mut(1), _ref(64), tf.f32(1), 1.5, 1.0, 1],
+     r"session\.launch: args\[3\] is a bare Python float"),
+    ([_mut(1), _ref(64), tf.f32(1), 1 << 32, 1.0, 1],
+     r"session\.launch: args\[3\]: 4294967296 is out of range for u32"),
+    ([_mut(1), _ref(64), 1e39, 3, 1.0, 1], r"session\.launch: args\[2\].*overflows f32"),
+    ([_mut(1), _ref(64), tf.f32(1), 3, 1.0, "x"],
+     r"session\.launch: args\[5\] is str; expected a span"),
+    ([_mut(1), _ref(64), np.float64(1), 3, 1.0, 1],
+     r"session\.launch: args\[2\] expects f32, got numpy float64 scalar"),
+])
+def test_abi_mismatches_are_refused(args, pattern):
+    with pytest.raises(tf.ValidationError, match=pattern):
+        _block().pack(args, None, "session.launch")
+
+
+def test_python_numbers_refused_where_ptx_cannot_say():
+    sig = parse_ptx(PTX_ONLY)["raw"]
+    b = ParamBlock(sig)
+    # .u64 may be a pointer: a bare int there is never guessed
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] is a bare Python int .*pointer or "
+                                                 r"64-bit integer"):
+        b.pack([5, 1, 1.0], None, "session.launch")
+    b.pack([tf.u64(5), -1, 1.0], None, "session.launch")  # 32-bit width known, sign not
+    assert _read(b, 1, "<I") == 0xFFFFFFFF
+    with pytest.raises(tf.ValidationError, match=r"args\[1\]: 4294967296 does not fit"):
+        b.pack([tf.u64(5), 1 << 32, 1.0], None, "session.launch")
+
+
+def test_struct_args_checked_by_size():
+    src = r'''struct P { float a; int b; double c; };
+    extern "C" __global__ void s(P p, float* o) {}'''
+    b = _block(src, "s")
+
+    class P(ctypes.Structure):
+        _fields_ = [("a", ctypes.c_float), ("b", ctypes.c_int), ("c", ctypes.c_double)]
+
+    b.pack([tf.KernelArg.struct(P(1.5, 2, 3.25)), _mut(8)], None, "session.launch")
+    assert _read(b, 0, "<f") == 1.5
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] expects 16-byte struct, got "
+                                                 r"8-byte struct"):
+        b.pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
+
+
+def test_kernelarg_factories_refuse_bad_input():
+    with pytest.raises(tf.ValidationError, match=r"KernelArg\.pointer: span must be"):
+        tf.KernelArg.pointer(np.zeros(3))
+    with pytest.raises(tf.ValidationError, match=r"KernelArg\.struct: data must be"):
+        tf.KernelArg.struct(3)
+    assert tf.KernelArg.scalar(7, np.uint16).data == struct.pack("<H", 7)
+    assert tf.KernelArg.scalar(7, "i8").data == struct.pack("<b", 7)
+
+
+def test_refine_ignores_mismatched_declarations():
+    sigs = parse_ptx(PTX_ONLY)
+    out = refine_with_source(sigs, 'extern "C" __global__ void raw(float* a) {}')
+    assert out["raw"] is sigs["raw"]

@@ -1,0 +1,69 @@
+import pytest
+
+import tenferro as tf
+from tenferro.signature import BYTES, FLOAT, INT, PTR, PTR_OR_INT, parse_ptx
+
+SRC = r'''
+#include <cuda_fp16.h>
+struct P { float a; int b; double c; };
+extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void mixed(long long q, double d, char c, short s, __half h, P p,
+                                 int* out) {
+    out[0] = q + d + c + s + __half2float(h) + p.a + p.b + p.c;
+}
+'''
+
+
+def test_parse_ptx_from_nvrtc_gives_every_entry():
+    sigs = parse_ptx(tf.compile_cuda(SRC, target="ptx", arch="compute_90").ptx)
+    assert set(sigs) == {"axpy", "mixed"}
+    axpy = sigs["axpy"]
+    assert [p.kind for p in axpy.params] == [PTR_OR_INT, PTR_OR_INT, FLOAT, INT]
+    assert [p.size for p in axpy.params] == [8, 8, 4, 4]
+    mixed = sigs["mixed"]
+    assert [p.kind for p in mixed.params] == [PTR_OR_INT, FLOAT, INT, INT, BYTES, BYTES,
+                                              PTR_OR_INT]
+    assert [p.size for p in mixed.params] == [8, 8, 1, 2, 2, 16, 8]
+    assert mixed.params[5].align == 8
+
+
+def test_source_refines_pointers_and_signedness():
+    sigs = tf.compile_cuda(SRC).signatures
+    axpy, mixed = sigs["axpy"], sigs["mixed"]
+    assert axpy.origin == "cuda"
+    assert [p.kind for p in axpy.params] == [PTR, PTR, FLOAT, INT]
+    assert axpy.params[3].scalar.name == "u32"
+    assert [p.kind for p in mixed.params][:5] == [INT, FLOAT, INT, INT, FLOAT]
+    assert mixed.params[0].scalar.name == "i64"
+    assert mixed.params[4].scalar.name == "f16"
+    assert mixed.params[5].kind == BYTES  # a struct stays raw bytes
+    assert mixed.params[6].kind == PTR
+
+
+def test_parse_hand_written_ptx_with_ptr_annotation_and_arrays():
+    ptx = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(
+    .param .u64 .ptr .global .align 16 k_param_0,
+    .param .s32 k_param_1,
+    .param .align 4 .b8 k_param_2[12],
+    .param .f64 k_param_3
+)
+{ ret; }
+.visible .entry empty()
+{ ret; }
+"""
+    sigs = parse_ptx(ptx)
+    assert [p.kind for p in sigs["k"].params] == [PTR, INT, BYTES, FLOAT]
+    assert sigs["k"].params[2].size == 12 and sigs["k"].params[2].align == 4
+    assert sigs["empty"].params == ()
+
+
+def test_unknown_ptx_type_is_refused_not_guessed():
+    with pytest.raises(tf.ValidationError, match=r"parse_ptx.*\.pred"):
+        parse_ptx(".visible .entry k(.param .pred k_param_0) { ret; }")
