@@ -1,0 +1,27 @@
+import pytest
+
+import tenferro as tf
+from tenferro import _driver
+
+
+def _has_driver() -> bool:
+    try:
+        _driver.ensure_init()
+    except tf.RuntimeStateError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_has_driver(), reason="a CUDA driver is present; this checks its absence")
+def test_no_driver_is_a_clear_runtime_state_error():
+    with pytest.raises(tf.RuntimeStateError, match=r"session: (no CUDA driver|the CUDA driver "
+                                                   r"found no GPU)"):
+        _driver.ensure_init("session")
+    with pytest.raises(tf.RuntimeStateError, match=r"session: "):
+        _driver.PrimaryContext.get(0)
+    assert _driver.driver_version() == 0
+
+
+def test_nvrtc_works_without_a_driver():
+    major, minor = _driver.nvrtc_version()
+    assert major >= 12 and minor >= 0
