@@ -11,11 +11,13 @@ from .errors import (
 )
 from .launch import LaunchConfig
 from .module import CompiledCuda, Function, Module, cache_stats, compile_cuda
+from .session import Session
 from .spans import DeviceBytes, TensorMut, TensorRef
 
 __all__ = [
     "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Function", "KernelArg",
-    "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "TenferroError", "TensorMut",
+    "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session", "TenferroError",
+    "TensorMut",
     "TensorRef", "ValidationError", "bf16", "cache_stats", "compile_cuda", "f16", "f32", "f64",
     "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
 ]

@@ -240,11 +240,10 @@ class ParamBlock:
         return spans
 
 
-def _position(args: list | tuple, span: Span) -> int:
-    for i, a in enumerate(args):
-        if a is span or (type(a) is KernelArg and a.span is span):
-            return i
-    return -1  # pragma: no cover
+def _span_positions(args: list | tuple) -> list[int]:
+    """The argument index of each span, in the order `ParamBlock.pack` collected them."""
+    return [i for i, a in enumerate(args)
+            if type(a) in _SPAN_TYPES or (type(a) is KernelArg and a.kind == _POINTER)]
 
 
 def _check_overlaps(spans: list, args: list | tuple, op: str) -> None:
@@ -254,8 +253,9 @@ def _check_overlaps(spans: list, args: list | tuple, op: str) -> None:
         for j in range(i + 1, n):
             b = spans[j]
             if (a.writable or b.writable) and overlaps(a, b):
+                pos = _span_positions(args)
                 raise ValidationError(
-                    f"{op}: args[{_position(args, a)}] ({type(a).__name__}) and "
-                    f"args[{_position(args, b)}] ({type(b).__name__}) overlap in memory "
+                    f"{op}: args[{pos[i]}] ({type(a).__name__}) and "
+                    f"args[{pos[j]}] ({type(b).__name__}) overlap in memory "
                     f"(0x{a.lo:x}-0x{a.hi:x} and 0x{b.lo:x}-0x{b.hi:x}); "
                     "a writable span must be exclusive in a launch")

@@ -94,6 +94,8 @@ def test_pack_writes_values_in_place(rng):
      r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorRef\) overlap"),
     ([_mut(0x1000), _mut(0x1004), tf.f32(1), 3, 1.0, 1],
      r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap"),
+    ([tf.KernelArg.pointer(_mut(0x1000)), _mut(0x1000), tf.f32(1), 3, 1.0, 1],
+     r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap"),
     ([_mut(0x1000), _ref(0x1000), tf.f32(1), _ref(0x1000), 1.0, 1],
      r"session\.launch: args\[3\] expects u32, got a TensorRef"),
     ([tf.u64(1)], r"session\.launch: kernel 'k' takes 6 argument\(s\), got 1"),
