@@ -195,10 +195,10 @@ class Session:
         if type(fn) is not Function or fn.session is not self:
             raise ValidationError(f"{op}: fn must be a Function of this session, got "
                                   f"{type(fn).__name__}")
+        if type(config) is not LaunchConfig:  # before the set lookup: a list would not hash
+            raise ValidationError(f"{op}: config must be a LaunchConfig, got "
+                                  f"{type(config).__name__}")
         if config not in fn.checked_configs:
-            if not isinstance(config, LaunchConfig):
-                raise ValidationError(f"{op}: config must be a LaunchConfig, got "
-                                      f"{type(config).__name__}")
             check_against(config, fn, op)
             fn.checked_configs.add(config)
         block = fn.block
@@ -211,6 +211,8 @@ class Session:
     def synchronize(self) -> None:
         """Wait for the stream; a kernel fault raises `KernelFault` and ends the session's use."""
         op = "session.synchronize"
+        if not self._open:  # the stream is destroyed at the end of the block
+            raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
         if threading.get_ident() != self._thread:
             raise RuntimeStateError(f"{op}: the session belongs to the thread that opened it")
         try:

@@ -85,6 +85,8 @@ def test_launch_refusals_on_device(session):
     with pytest.raises(tf.ValidationError,
                        match=r"session\.launch: args\[0\] \(TensorMut\) and args\[1\]"):
         session.launch(fn, tf.LaunchConfig.flat(64), [y, y, tf.f32(1), tf.u32(64)])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a LaunchConfig"):
+        session.launch(fn, [1, 256], [y, y, tf.f32(1), tf.u32(64)])
     with pytest.raises(tf.ValidationError, match=r"module\.function: no kernel named 'nope'.*axpy"):
         session.compile(AXPY).function("nope")
 
@@ -107,3 +109,5 @@ def test_other_thread_and_after_block_are_refused(session):
         fn = s2.compile(AXPY).function("axpy")
     with pytest.raises(tf.RuntimeStateError, match=r"session\.launch: the session is closed"):
         s2.launch(fn, tf.LaunchConfig.flat(4), [])
+    with pytest.raises(tf.RuntimeStateError, match=r"session\.synchronize: the session is closed"):
+        s2.synchronize()
