@@ -9,15 +9,17 @@ from .errors import (
     TenferroError,
     ValidationError,
 )
+from .events import Event
 from .launch import LaunchConfig
 from .module import CompiledCuda, Function, Module, cache_stats, compile_cuda
 from .session import Session
 from .spans import DeviceBytes, TensorMut, TensorRef
+from .tensor import Tensor
 
 __all__ = [
-    "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Function", "KernelArg",
-    "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session", "TenferroError",
-    "TensorMut",
-    "TensorRef", "ValidationError", "bf16", "cache_stats", "compile_cuda", "f16", "f32", "f64",
-    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+    "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Event", "Function",
+    "KernelArg", "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session",
+    "Tensor", "TenferroError", "TensorMut", "TensorRef", "ValidationError", "bf16",
+    "cache_stats", "compile_cuda", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8",
+    "u16", "u32", "u64",
 ]

@@ -1,8 +1,10 @@
 """`Session`: one device's primary context and one stream, in a ``with`` block, on one thread.
 
-This is the first slice of the session: scope, thread affinity, owned device buffers as
-`TensorMut`/`TensorRef` spans, NVRTC modules and checked launches. Owners of the spans of every
-launch stay referenced until the next `synchronize` (or the end of the block).
+Everything a session hands out (tensors' spans, modules, functions, events) is usable only on
+the opening thread and only inside the block. Owners of the memory behind every enqueued
+operation stay referenced by the session until the stream has passed it: a fence event is
+recorded every `FENCE_EVERY` launches and retired when it completes, and `synchronize` (the only
+host barrier) drops them all.
 """
 
 from __future__ import annotations
@@ -15,62 +17,72 @@ import numpy as np
 
 from . import _driver, dtypes
 from .errors import KernelFault, RuntimeStateError, ValidationError
+from .events import Event
+from .interop import Foreign, read_cai
 from .launch import LaunchConfig, check_against
 from .module import Function, Module, compile_cuda
-from .spans import Span, TensorMut, TensorRef, c_strides
+from .resources import ResourceCache
+from .signature import parse_ptx
+from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
+from .tensor import Tensor
 
-__all__ = ["DeviceBuffer", "Session"]
+__all__ = ["FENCE_EVERY", "Session"]
+
+FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
 
 
-class DeviceBuffer:
-    """A stream-ordered device allocation owned by a session; freed on its stream when dropped."""
+def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise ValidationError(f"{op}: {shape=} must be an int or a tuple of ints") from None
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+               for d in shape):
+        raise ValidationError(f"{op}: {shape=} must be a tuple of ints >= 0")
+    return tuple(int(d) for d in shape)
 
-    __slots__ = ("__weakref__", "nbytes", "ptr", "scalar_type", "session", "shape")
 
-    def __init__(self, session: Session, shape: tuple[int, ...], t: dtypes.ScalarType) -> None:
-        n = 1
-        for d in shape:
-            n *= d
-        self.session = session
-        self.shape = shape
-        self.scalar_type = t
-        self.nbytes = n * t.itemsize
-        self.ptr = _driver.mem_alloc_async(self.nbytes, session._stream, "session.alloc")
-
-    def __del__(self) -> None:
-        ptr, self.ptr = getattr(self, "ptr", 0), 0
-        if not ptr:
-            return
-        try:
-            if self.session._open:
-                _driver.mem_free_async(ptr, self.session._stream)
-            else:
-                self.session.context.push()
-                try:
-                    _driver.mem_free(ptr)
-                finally:
-                    self.session.context.pop()
-        except Exception:  # never raise from a finaliser; a lost free leaks, it does not corrupt
-            pass
+def _stream_handle(stream: Any) -> int:
+    """Normalise ``Session(stream=...)``: an int handle or an object with ``__cuda_stream__``."""
+    if hasattr(stream, "__cuda_stream__"):
+        got = stream.__cuda_stream__()
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ValidationError(f"Session: stream.__cuda_stream__() returned {got!r}; "
+                                  "expected (version, handle)")
+        stream = got[1]
+    if not isinstance(stream, (int, np.integer)) or isinstance(stream, bool) or stream < 0:
+        raise ValidationError(f"Session: {stream=} must be None, a stream handle (int) or an "
+                              "object with __cuda_stream__")
+    return int(stream) or 1  # 0 is the legacy default stream; name it by its explicit handle
 
 
 class Session:
     """A scoped device session: ``with tf.Session(device=0) as s: ...``.
 
+    ``stream=None`` makes the session own a new non-blocking stream; a stream handle or an
+    object with ``__cuda_stream__`` makes it work on that stream (not destroyed at the end).
     Opening raises `RuntimeStateError` with no driver or GPU. Every method refuses use from
     another thread and after the block; leaving the block synchronizes, even when it raised.
     """
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, device: int = 0, stream: Any = None) -> None:
         if not isinstance(device, int) or isinstance(device, bool) or device < 0:
             raise ValidationError(f"Session: {device=} must be an int >= 0")
         self.device = device
+        self._external_stream = None if stream is None else _stream_handle(stream)
         self._open = False
-        self._thread = None
+        self._thread: int | None = None
         self._modules: list[Module] = []
-        self._inflight: list = []
+        self._held: list = []  # owners of work enqueued since the last fence
+        self._fences: collections.deque = collections.deque()  # (event, owners), oldest first
+        self._spare_events: list[int] = []
+        self._retained: list = []
         self._last: collections.deque[str] = collections.deque(maxlen=8)
         self._faulted = False
+        self._capturing = False
+        self._resources = ResourceCache()
 
     # --- scope ---------------------------------------------------------------------------
 
@@ -78,8 +90,27 @@ class Session:
         if self._open or self._thread is not None:
             raise RuntimeStateError("session.__enter__: a Session is entered once")
         self.context = _driver.PrimaryContext.get(self.device, "session")
+        count = _driver.device_count()
+        if self.device >= count:
+            raise ValidationError(f"Session: device={self.device} but {count} device(s) visible")
         self._prev_ctx = self.context.make_current()
-        self._stream = _driver.stream_create()
+        try:
+            if self._external_stream is None:
+                self._stream = _driver.stream_create()
+            else:
+                self._stream = self._external_stream
+                if self._stream > 2:  # 1 and 2 are the default streams of the current context
+                    ctx = _driver.stream_context(self._stream)
+                    if ctx != self.context.handle:
+                        raise ValidationError(
+                            f"Session: stream=0x{self._stream:x} belongs to another context "
+                            f"(0x{ctx:x}), not device {self.device}'s primary context")
+            self._import_event = _driver.event_create()
+        except BaseException:
+            if self._external_stream is None and getattr(self, "_stream", 0):
+                _driver.stream_destroy(self._stream)
+            _driver.set_current(self._prev_ctx)
+            raise
         self._sobj = _driver.stream_object(self._stream)
         self._thread = threading.get_ident()
         self._open = True
@@ -87,30 +118,58 @@ class Session:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         try:
-            self.synchronize()
+            if not self._faulted:  # a faulted stream reports the same fault again; once is enough
+                self.synchronize()
         except Exception as sync_exc:
             if exc is None:
                 raise
             exc.add_note(f"tenferro: synchronizing at the end of the session also failed: "
                          f"{sync_exc}")
         finally:
-            self._open = False
-            self._inflight.clear()
-            for m in self._modules:
-                try:
-                    m.unload()
-                except Exception:
-                    pass
-            self._modules.clear()
+            self._close()
+
+    def _close(self) -> None:
+        self._open = False
+        self._held.clear()
+        self._retained.clear()
+        self._resources.clear()
+        for ev, _ in self._fences:
+            self._spare_events.append(ev)
+        self._fences.clear()
+        for ev in [*self._spare_events, self._import_event]:
             try:
+                _driver.event_destroy(ev)
+            except Exception:
+                pass
+        self._spare_events.clear()
+        for m in self._modules:
+            try:
+                m.unload()
+            except Exception:
+                pass
+        self._modules.clear()
+        try:
+            if self._external_stream is None:
                 _driver.stream_destroy(self._stream)
-            finally:
-                _driver.set_current(self._prev_ctx)
+        except Exception:  # a context poisoned by a fault refuses; the process must restart
+            if not self._faulted:
+                raise
+        finally:
+            _driver.set_current(self._prev_ctx)
 
     @property
     def is_open(self) -> bool:
         """True inside the ``with`` block."""
         return self._open
+
+    @property
+    def stream_handle(self) -> int:
+        """The session's stream as an int handle (to give another library)."""
+        self._check_use("session.stream_handle")
+        return self._stream
+
+    def _stream_for_export(self) -> int:
+        return self._stream
 
     def _check_use(self, op: str) -> None:
         if not self._open:
@@ -122,74 +181,249 @@ class Session:
             raise KernelFault(f"{op}: an earlier kernel fault made this session unusable",
                               launches=tuple(self._last))
 
+    # --- liveness ------------------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """Hand the owners held so far to an event; drop those of fences the GPU has passed."""
+        if self._capturing:  # a graph holds its own owners; events cannot be queried mid-capture
+            return
+        ev = self._spare_events.pop() if self._spare_events else _driver.event_create()
+        _driver.event_record(ev, self._stream, "session.launch")
+        self._fences.append((ev, self._held))
+        self._held = []
+        fences = self._fences
+        while fences and _driver.event_query(fences[0][0], "session.launch"):
+            self._spare_events.append(fences.popleft()[0])
+
+    def retain(self, obj: Any) -> Any:
+        """Keep ``obj`` alive until the session closes; returns it."""
+        self._check_use("session.retain")
+        self._retained.append(obj)
+        return obj
+
     # --- memory --------------------------------------------------------------------------
 
-    def _buffer(self, shape: Any, dtype: Any, op: str) -> DeviceBuffer:
+    def _new_tensor(self, shape: Any, dtype: Any, op: str) -> Tensor:
         self._check_use(op)
-        if isinstance(shape, int):
-            shape = (shape,)
-        shape = tuple(shape)
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise ValidationError(f"{op}: {shape=} must be a tuple of ints >= 0")
-        return DeviceBuffer(self, shape, dtypes.from_numpy(dtype, op))
+        return Tensor._allocate(self, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
 
-    def alloc_zeros(self, shape: Any, dtype: Any) -> TensorMut:
-        """A zero-filled device buffer, as a writable span."""
-        buf = self._buffer(shape, dtype, "session.alloc_zeros")
-        _driver.memset_d8_async(buf.ptr, 0, buf.nbytes, self._stream, "session.alloc_zeros")
-        return self._span(TensorMut, buf)
+    def alloc_output(self, shape: Any, dtype: Any) -> Tensor:
+        """An uninitialised Tensor, for a kernel to write every element of."""
+        return self._new_tensor(shape, dtype, "session.alloc_output")
 
-    def upload(self, array: np.ndarray) -> TensorMut:
-        """Copy a host array into a new device buffer (stream-ordered)."""
+    def alloc_zeros(self, shape: Any, dtype: Any) -> Tensor:
+        """A zero-filled Tensor."""
+        op = "session.alloc_zeros"
+        t = self._new_tensor(shape, dtype, op)
+        _driver.memset_d8_async(t.ptr, 0, t.nbytes, self._stream, op)
+        return t
+
+    def alloc_bytes(self, nbytes: int) -> DeviceBytes:
+        """An untyped, exclusive device workspace of ``nbytes`` bytes."""
+        op = "session.alloc_bytes"
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes < 0:
+            raise ValidationError(f"{op}: {nbytes=} must be an int >= 0")
+        t = self._new_tensor((int(nbytes),), np.uint8, op)
+        return DeviceBytes(t.ptr, t.shape, t.strides, t.scalar_type, self.device, t, self)
+
+    def upload(self, array: np.ndarray) -> Tensor:
+        """Copy a host array into a new Tensor of the same dtype and shape (stream-ordered)."""
         op = "session.upload"
         if not isinstance(array, np.ndarray):
             raise ValidationError(f"{op}: array must be a numpy.ndarray, got "
                                   f"{type(array).__name__}")
         host = np.ascontiguousarray(array)
-        buf = self._buffer(host.shape, host.dtype, op)
-        _driver.memcpy_htod_async(buf.ptr, host.ctypes.data, buf.nbytes, self._stream, op)
-        self._inflight.append(host)  # pageable source stays alive until the stream passes
-        return self._span(TensorMut, buf)
+        t = self._new_tensor(host.shape, host.dtype, op)
+        if t.nbytes:
+            _driver.memcpy_htod_async(t.ptr, host.ctypes.data, t.nbytes, self._stream, op)
+        self._held.append(host)  # the host source stays alive until the stream passes the copy
+        return t
 
-    def download(self, span: Span) -> np.ndarray:
-        """Copy a span to a new host array; waits for the stream."""
+    def download(self, x: Any) -> np.ndarray:
+        """Copy a Tensor, span or foreign device array to a new numpy array; waits for the stream.
+
+        Strided spans come back with their logical shape, C-contiguous. bf16 comes back as
+        ``ml_dtypes.bfloat16`` when that is installed, else as its uint16 bits.
+        """
         op = "session.download"
-        self._check_use(op)
-        if not isinstance(span, Span) or span.session is not self:
-            raise ValidationError(f"{op}: span must be a span of this session, got "
-                                  f"{type(span).__name__}")
-        out = np.empty(span.shape, dtype=span.scalar_type.numpy)
-        _driver.memcpy_dtoh_async(out.ctypes.data, span.ptr, span.nbytes, self._stream, op)
+        span = x if isinstance(x, Span) and x.session is self else self._span(
+            x, TensorRef, None, True, op)
+        t = span.scalar_type
+        np_dtype = t.numpy if t.numpy is not None else np.dtype(np.uint16)
+        if span.nbytes == 0:
+            return np.empty(span.shape, dtype=np_dtype)
+        raw = np.empty(span.hi - span.lo, dtype=np.uint8)
+        _driver.memcpy_dtoh_async(raw.ctypes.data, span.lo, raw.nbytes, self._stream, op)
+        self._held.append(span)
         self.synchronize()
-        return out
+        if span.is_c_contiguous:
+            return raw.view(np_dtype).reshape(span.shape)
+        view = np.ndarray(span.shape, dtype=np_dtype, buffer=raw, offset=span.ptr - span.lo,
+                          strides=span.strides)
+        return np.ascontiguousarray(view)
 
-    def _span(self, cls: type, buf: DeviceBuffer) -> Span:
-        t = buf.scalar_type
-        return cls(buf.ptr, buf.shape, c_strides(buf.shape, t.itemsize), t, self.device, buf,
-                   self)
+    def copy(self, dst: Any, src: Any) -> None:
+        """Copy ``src`` into ``dst`` on the stream (device to device).
+
+        Refused: different byte sizes, different dtypes (unless one side is `DeviceBytes`),
+        non-contiguous sides, overlapping memory, a read-only destination.
+        """
+        op = "session.copy"
+        d = self._span(dst, TensorMut, None, False, f"{op}: dst")
+        s = self._span(src, TensorRef, None, False, f"{op}: src")
+        if d.nbytes != s.nbytes:
+            raise ValidationError(f"{op}: dst has {d.nbytes} bytes, src has {s.nbytes}")
+        if type(d) is not DeviceBytes and type(s) is not DeviceBytes and \
+                d.scalar_type is not s.scalar_type:
+            raise ValidationError(f"{op}: dst is {d.scalar_type.name}, src is "
+                                  f"{s.scalar_type.name}")
+        if overlaps(d, s):
+            raise ValidationError(f"{op}: dst and src overlap in memory")
+        if d.nbytes:
+            _driver.memcpy_dtod_async(d.ptr, s.ptr, d.nbytes, self._stream, op)
+        self._held.append((d, s))
+
+    # --- spans ---------------------------------------------------------------------------
+
+    def tensor(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:
+        """A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."""
+        return self._span(x, TensorRef, dtype, allow_strided, "session.tensor")
+
+    def tensor_mut(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
+        """An exclusive, writable span; refuses producers that marked their array read-only."""
+        return self._span(x, TensorMut, dtype, allow_strided, "session.tensor_mut")
+
+    def _span(self, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str) -> Any:
+        self._check_use(op)
+        if isinstance(x, Tensor):
+            if x._session is not self:
+                self._adopt_tensor(x, op)
+            ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x
+            readonly = False
+        elif isinstance(x, Span):
+            if x.session is not self:
+                raise ValidationError(f"{op}: x is a {type(x).__name__} of another session")
+            ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x.owner
+            readonly = not x.writable
+            if type(x) is DeviceBytes and cls is TensorMut:
+                cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
+        else:
+            f = self._read_foreign(x, op)
+            self._check_memory(f, op)
+            if f.stream is not None and f.stream != self._stream:
+                # Order our stream after the producer's without blocking the host.
+                _driver.event_record(self._import_event, f.stream, op)
+                _driver.stream_wait_event(self._stream, self._import_event, op)
+            ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
+                                                       f.owner, f.readonly)
+        if readonly and cls is not TensorRef:
+            raise ValidationError(f"{op}: x is read-only (its producer says so); use "
+                                  "s.tensor(x) to read it")
+        if dtype is not None:
+            want = dtype if isinstance(dtype, dtypes.ScalarType) else dtypes.from_numpy(dtype, op)
+            if want is not t:
+                raise ValidationError(f"{op}: dtype={want.name} was asked but x is {t.name}")
+        span = cls(ptr, shape, strides, t, self.device, owner, self)
+        if not span.is_c_contiguous:
+            if not allow_strided:
+                raise ValidationError(
+                    f"{op}: x has non-compact strides={strides} (bytes) for shape={shape}; "
+                    "pass allow_strided=True for a kernel that takes strides, or copy it")
+            if cls is not TensorRef and any(d > 1 and st == 0 for d, st in
+                                            zip(shape, strides, strict=True)):
+                raise ValidationError(f"{op}: x has a zero stride (a broadcast view); writes "
+                                      f"through it would race (strides={strides})")
+        if span.nbytes and ptr % t.itemsize:
+            raise ValidationError(f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
+                                  f"{t.itemsize}-byte {t.name} elements")
+        return span
+
+    def _read_foreign(self, x: Any, op: str) -> Foreign:
+        if isinstance(x, np.ndarray):
+            raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies "
+                                  "it to the device")
+        if hasattr(x, "__cuda_array_interface__"):
+            return read_cai(x, op)
+        if hasattr(x, "__dlpack__"):
+            from .dlpack import read_dlpack  # ctypes structures, loaded on first use
+
+            return read_dlpack(x, self._stream, self.device, op)
+        raise ValidationError(f"{op}: x is a {type(x).__name__}; expected a tf.Tensor, a span or "
+                              "a device array with __cuda_array_interface__ or __dlpack__")
+
+    def _check_memory(self, f: Foreign, op: str) -> None:
+        if f.device is not None and f.device != self.device:
+            raise ValidationError(f"{op}: x lives on device {f.device}, this session is on "
+                                  f"device {self.device}")
+        if f.ptr == 0 and all(d for d in f.shape):
+            raise ValidationError(f"{op}: x has a null data pointer")
+        if not f.ptr or 0 in f.shape:
+            return
+        kind, ordinal = _driver.pointer_info(f.ptr)
+        if kind == _driver.MEMORY_HOST:
+            raise ValidationError(f"{op}: x is in host memory (0x{f.ptr:x}); copy it to the "
+                                  "device first")
+        if kind != _driver.MEMORY_DEVICE:
+            raise ValidationError(f"{op}: x's pointer 0x{f.ptr:x} is not CUDA device memory")
+        if ordinal != self.device:
+            raise ValidationError(f"{op}: x lives on device {ordinal}, this session is on "
+                                  f"device {self.device}")
+
+    def _adopt_tensor(self, x: Tensor, op: str) -> None:
+        if x.device != self.device:
+            raise ValidationError(f"{op}: x lives on device {x.device}, this session is on "
+                                  f"device {self.device}")
+        other = x._session
+        if other._open:  # the other session may still be writing it: order after its stream
+            _driver.event_record(self._import_event, other._stream, op)
+            _driver.stream_wait_event(self._stream, self._import_event, op)
 
     def readonly(self, span: Span) -> TensorRef:
-        """A read-only view of a span of this session."""
-        self._check_use("session.readonly")
-        return TensorRef(span.ptr, span.shape, span.strides, span.scalar_type, span.device,
-                         span.owner, self)
+        """A read-only view of a span or Tensor of this session."""
+        return self._span(span, TensorRef, None, True, "session.readonly")
 
     # --- modules and launches ------------------------------------------------------------
 
+    def _add_module(self, m: Module) -> Module:
+        self._modules.append(m)
+        return m
+
     def compile(self, source: str, options: Any = None, name_expressions: Any = None) -> Module:
-        """Compile CUDA C for this device's architecture (cached) and load it."""
+        """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it."""
         op = "session.compile"
         self._check_use(op)
         major, minor = self.context.compute_capability
         r = compile_cuda(source, arch=f"sm_{major}{minor}", options=options,
                          name_expressions=name_expressions,
                          _driver_version=_driver.driver_version())
-        m = Module(self, r.image, "cubin", r.signatures, r.lowered_names, op)
-        self._modules.append(m)
-        return m
+        return self._add_module(Module(self, r.image, "cubin", r.signatures, r.lowered_names, op))
+
+    def load_ptx(self, text: str | bytes) -> Module:
+        """Load PTX text; its ``.entry`` parameter lists become the functions' signatures."""
+        op = "session.load_ptx"
+        self._check_use(op)
+        if isinstance(text, bytes):
+            text = text.decode()
+        if not isinstance(text, str):
+            raise ValidationError(f"{op}: text must be str or bytes, got {type(text).__name__}")
+        sigs = parse_ptx(text)
+        image = text.encode() + b"\0"
+        return self._add_module(Module(self, image, "ptx", sigs, None, op))
+
+    def load_cubin(self, image: bytes) -> Module:
+        """Load a CUBIN; parameter sizes come from the driver (cuFuncGetParamInfo).
+
+        A CUBIN says only each parameter's size, so any 8-byte argument fits an 8-byte slot:
+        prefer `compile` or `load_ptx` where the types should be checked.
+        """
+        op = "session.load_cubin"
+        self._check_use(op)
+        if not isinstance(image, (bytes, bytearray, memoryview)):
+            raise ValidationError(f"{op}: image must be bytes, got {type(image).__name__}")
+        return self._add_module(Module(self, bytes(image), "cubin", {}, None, op))
 
     def launch(self, fn: Function, config: LaunchConfig, args: list | tuple) -> None:
-        """Check and enqueue one launch on the session's stream."""
+        """Check and enqueue one launch on the session's stream; only enqueues."""
         op = "session.launch"
         self._check_use(op)
         if type(fn) is not Function or fn.session is not self:
@@ -205,8 +439,30 @@ class Session:
         spans = block.pack(args, self, op)
         _driver.launch(fn.fobj, config.grid, config.block, config.shared_mem_bytes, self._sobj,
                        block.address, op)
-        self._inflight.append(spans)
+        held = self._held
+        held.append(spans)
         self._last.append(fn.name)
+        if len(held) >= FENCE_EVERY:
+            self._fence()
+
+    # --- events and barriers -------------------------------------------------------------
+
+    def record_event(self, timing: bool = True) -> Event:
+        """Record an event at the current tail of the session's stream."""
+        op = "session.record_event"
+        self._check_use(op)
+        ev = Event(self, timing)
+        _driver.event_record(ev.handle, self._stream, op)
+        return ev
+
+    def wait(self, event: Event) -> None:
+        """Order later work on this session's stream after ``event`` (no host block)."""
+        op = "session.wait"
+        self._check_use(op)
+        if not isinstance(event, Event):
+            raise ValidationError(f"{op}: event must be an Event, got {type(event).__name__}")
+        event._check(op)
+        _driver.stream_wait_event(self._stream, event.handle, op)
 
     def synchronize(self) -> None:
         """Wait for the stream; a kernel fault raises `KernelFault` and ends the session's use."""
@@ -221,4 +477,18 @@ class Session:
             self._faulted = True
             raise KernelFault(f"{exc}; last launches: {list(self._last)}", exc.result_name,
                               exc.result_code, tuple(self._last)) from None
-        self._inflight.clear()
+        self._held.clear()
+        while self._fences:
+            self._spare_events.append(self._fences.popleft()[0])
+
+    # --- resources -----------------------------------------------------------------------
+
+    def resource(self, key: Any, init: Any, kind: type | None = None) -> Any:
+        """The value cached under ``key`` for this session, made by ``init(session)`` once.
+
+        ``kind``, when given, is the type the value must have; asking for a key with another
+        kind than the one it was made with is a `ValidationError`. The cache is bounded
+        (least recently used entries go first) and dies with the session.
+        """
+        self._check_use("session.resource")
+        return self._resources.get(key, lambda: init(self), kind, "session.resource")

@@ -1,6 +1,10 @@
 import os
 
+import numpy as np
 import pytest
+
+import tenferro as tf
+from tenferro import _driver
 
 
 @pytest.fixture(autouse=True)
@@ -12,4 +16,41 @@ def _cache_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def rng():
-    return __import__("numpy").random.default_rng(int.from_bytes(os.urandom(8), "little"))
+    return np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+
+def gpu_reason():
+    """Why GPU tests cannot run here, or None when they can."""
+    try:
+        _driver.ensure_init()
+        if _driver.device_count() == 0:
+            return "the CUDA driver sees no GPU"
+    except tf.RuntimeStateError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture
+def session():
+    """The one way GPU tests get a device: an open Session on device 0, or a skip with reason."""
+    reason = gpu_reason()
+    if reason:
+        pytest.skip(f"needs a GPU: {reason}")
+    with tf.Session(device=0) as s:
+        yield s
+
+
+class CAI:
+    """A hand-made __cuda_array_interface__ producer over any memory, for exact control."""
+
+    def __init__(self, ptr, shape, typestr, strides=None, readonly=False, version=3,
+                 stream=None, mask=None, keep=None):
+        self.keep = keep
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "typestr": typestr, "data": (ptr, readonly),
+            "strides": strides, "version": version, "stream": stream, "mask": mask}
+
+
+@pytest.fixture
+def cai():
+    return CAI

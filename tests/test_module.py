@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 import tenferro as tf
@@ -73,3 +74,53 @@ def test_compile_refusals(kwargs, pattern):
 def test_source_must_be_str():
     with pytest.raises(tf.ValidationError, match=r"compile_cuda: source must be str"):
         tf.compile_cuda(b"bytes")
+
+
+SCALE = r'''
+extern "C" __global__ void scale(float* y, const float* x, float a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+'''
+
+
+@pytest.mark.gpu
+def test_load_ptx_knows_its_signature_and_runs(session, rng):
+    import re
+
+    ptx = tf.compile_cuda(SCALE, arch="sm_90", target="ptx").ptx.decode()
+    # NVRTC 13.5 writes PTX ISA 9.5, newer than driver 580 loads: a clear error naming both.
+    if re.search(r"\.version 9\.[5-9]", ptx):
+        with pytest.raises(tf.BackendError, match=r"session\.load_ptx: the PTX is ISA version "
+                                                  r"9\.\d, newer than this driver \(CUDA 1"):
+            session.load_ptx(ptx)
+        ptx = re.sub(r"\.version \d+\.\d+", ".version 9.0", ptx)
+    fn = session.load_ptx(ptx).function("scale")
+    assert [p.kind for p in fn.signature.params] == ["ptr_or_int64", "ptr_or_int64", "float",
+                                                     "int"]
+    x0 = rng.standard_normal(777).astype(np.float32)
+    y = session.upload(np.full(777, np.nan, np.float32))
+    session.launch(fn, tf.LaunchConfig.flat(777, 128),
+                   [session.tensor_mut(y), session.tensor(session.upload(x0)), 1.5, 777])
+    np.testing.assert_allclose(session.download(y), 1.5 * x0.astype(np.float64), rtol=1e-6)
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
+        session.launch(fn, tf.LaunchConfig.flat(777), [session.tensor_mut(y), session.tensor(y),
+                                                       tf.f64(1.5), 777])
+
+
+@pytest.mark.gpu
+def test_load_cubin_takes_sizes_from_the_driver(session, rng):
+    major, minor = session.context.compute_capability
+    cubin = tf.compile_cuda(SCALE, arch=f"sm_{major}{minor}").image
+    fn = session.load_cubin(cubin).function("scale")
+    assert [p.size for p in fn.signature.params] == [8, 8, 4, 4]
+    x0 = rng.standard_normal(300).astype(np.float32)
+    y = session.upload(np.full(300, np.nan, np.float32))
+    session.launch(fn, tf.LaunchConfig.flat(300),
+                   [session.tensor_mut(y), session.tensor(session.upload(x0)), tf.f32(-2.0),
+                    tf.u32(300)])
+    np.testing.assert_allclose(session.download(y), -2.0 * x0.astype(np.float64), rtol=1e-6)
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: kernel 'scale' takes 4"):
+        session.launch(fn, tf.LaunchConfig.flat(300), [session.tensor_mut(y)])
+    with pytest.raises(tf.ValidationError, match=r"session\.load_cubin: image must be bytes"):
+        session.load_cubin("scale.cubin")

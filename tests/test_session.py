@@ -1,55 +1,33 @@
+import subprocess
+import sys
 import threading
+import time
+import weakref
 
 import numpy as np
 import pytest
+from _sources import AXPY
+from conftest import gpu_reason
 
 import tenferro as tf
 from tenferro import _driver
 
 
-def _gpu_reason():
-    try:
-        _driver.ensure_init()
-        if _driver.device_count() == 0:
-            return "the CUDA driver sees no GPU"
-    except tf.RuntimeStateError as exc:
-        return str(exc)
-    return None
-
-
-@pytest.fixture
-def session():
-    reason = _gpu_reason()
-    if reason:
-        pytest.skip(f"needs a GPU: {reason}")
-    with tf.Session(device=0) as s:
-        yield s
-
-
-AXPY = r'''
-extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}
-extern "C" __global__ void add2d(double* out, const double* a, const double* b,
-                                 unsigned rows, unsigned cols) {
-    unsigned c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;
-    if (r < rows && c < cols) out[r * cols + c] = a[r * cols + c] * 2.0 + b[r * cols + c];
-}
-'''
-
-
 def test_session_without_gpu_is_a_clear_error():
-    if _gpu_reason() is None:
+    if gpu_reason() is None:
         pytest.skip("a GPU is present; this checks its absence")
     with pytest.raises(tf.RuntimeStateError, match=r"session: "):
         with tf.Session(device=0):
             pass
 
 
-def test_session_refuses_bad_device_argument():
+def test_session_refuses_bad_arguments():
     with pytest.raises(tf.ValidationError, match=r"Session: device=-1"):
         tf.Session(device=-1)
+    with pytest.raises(tf.ValidationError, match=r"Session: stream='fast'"):
+        tf.Session(stream="fast")
+    with pytest.raises(tf.ValidationError, match=r"Session: stream=-3"):
+        tf.Session(stream=-3)
 
 
 @pytest.mark.gpu
@@ -59,8 +37,10 @@ def test_axpy_matches_numpy(session, rng):
     a = float(rng.standard_normal())
     fn = session.compile(AXPY).function("axpy")
     y = session.upload(y0)
+    assert isinstance(y, tf.Tensor) and y.shape == (n,) and y.dtype == np.float32
     session.launch(fn, tf.LaunchConfig.flat(n, 256),
-                   [y, session.readonly(session.upload(x)), tf.f32(a), tf.u32(n)])
+                   [session.tensor_mut(y), session.tensor(session.upload(x)), tf.f32(a),
+                    tf.u32(n)])
     out = session.download(y)
     ref = np.float32(a).astype(np.float64) * x.astype(np.float64) + y0
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
@@ -73,8 +53,8 @@ def test_2d_kernel_writes_every_element(session, rng):
     out = session.upload(np.full((rows, cols), np.nan))  # poison: unwritten stays NaN
     fn = session.compile(AXPY).function("add2d")
     cfg = tf.LaunchConfig(((cols + 15) // 16, (rows + 15) // 16), (16, 16))
-    session.launch(fn, cfg, [out, session.readonly(session.upload(a)),
-                             session.readonly(session.upload(b)), rows, cols])
+    session.launch(fn, cfg, [session.tensor_mut(out), session.tensor(session.upload(a)),
+                             session.tensor(session.upload(b)), rows, cols])
     np.testing.assert_allclose(session.download(out), a * 2.0 + b, rtol=0, atol=1e-12)
 
 
@@ -82,13 +62,42 @@ def test_2d_kernel_writes_every_element(session, rng):
 def test_launch_refusals_on_device(session):
     fn = session.compile(AXPY).function("axpy")
     y = session.alloc_zeros(64, np.float32)
+    ym = session.tensor_mut(y)
     with pytest.raises(tf.ValidationError,
-                       match=r"session\.launch: args\[0\] \(TensorMut\) and args\[1\]"):
-        session.launch(fn, tf.LaunchConfig.flat(64), [y, y, tf.f32(1), tf.u32(64)])
+                       match=r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] "
+                             r"\(TensorRef\) overlap"):
+        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(y), tf.f32(1),
+                                                      tf.u32(64)])
     with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a LaunchConfig"):
-        session.launch(fn, [1, 256], [y, y, tf.f32(1), tf.u32(64)])
+        session.launch(fn, [1, 256], [ym, ym, tf.f32(1), tf.u32(64)])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] is Tensor"):
+        session.launch(fn, tf.LaunchConfig.flat(64), [y, session.tensor(y), 1.0, 64])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
+        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(
+            session.alloc_zeros(64, np.float32)), tf.f64(1.0), tf.u32(64)])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: block=\(2048, 1, 1\)"):
+        tf.LaunchConfig(1, 2048)
     with pytest.raises(tf.ValidationError, match=r"module\.function: no kernel named 'nope'.*axpy"):
         session.compile(AXPY).function("nope")
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_memory_is_raised_and_bounded(session):
+    fn = session.compile(r'''
+    extern "C" __global__ void fill_shared(float* out) {
+        extern __shared__ float buf[];
+        buf[threadIdx.x] = threadIdx.x;
+        __syncthreads();
+        out[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+    }''').function("fill_shared")
+    out = session.upload(np.full(256, np.nan, np.float32))
+    session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=100 * 1024),
+                   [session.tensor_mut(out)])
+    np.testing.assert_array_equal(session.download(out), np.arange(255, -1, -1))
+    optin = session.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: shared_mem_bytes=.* exceeds"):
+        session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=optin + 1024),
+                       [session.tensor_mut(out)])
 
 
 @pytest.mark.gpu
@@ -107,7 +116,195 @@ def test_other_thread_and_after_block_are_refused(session):
     assert errors and "session.alloc_zeros" in str(errors[0]) and "thread" in str(errors[0])
     with tf.Session(device=0) as s2:
         fn = s2.compile(AXPY).function("axpy")
+        y = s2.alloc_zeros(4, np.float32)
+        ev = s2.record_event()
     with pytest.raises(tf.RuntimeStateError, match=r"session\.launch: the session is closed"):
         s2.launch(fn, tf.LaunchConfig.flat(4), [])
     with pytest.raises(tf.RuntimeStateError, match=r"session\.synchronize: the session is closed"):
         s2.synchronize()
+    with pytest.raises(tf.RuntimeStateError, match=r"session\.tensor: the session is closed"):
+        s2.tensor(y)
+    with pytest.raises(tf.RuntimeStateError, match=r"module\.function: the session is closed"):
+        fn.module.function("axpy")
+    with pytest.raises(tf.RuntimeStateError, match=r"event\.query: the event's session is closed"):
+        ev.query()
+
+
+@pytest.mark.gpu
+def test_block_that_raises_still_synchronizes_and_propagates(rng):
+    if gpu_reason():
+        pytest.skip(gpu_reason())
+    x0 = rng.standard_normal(1 << 16)
+    with pytest.raises(ZeroDivisionError):
+        with tf.Session() as s:
+            fn = s.compile(AXPY).function("slow_scale")
+            x = s.upload(x0)
+            y = s.alloc_output(x0.shape, np.float64)
+            s.synchronize()
+            s.launch(fn, tf.LaunchConfig.flat(x0.size), [s.tensor_mut(y), s.tensor(x), 3.0,
+                                                         x0.size, 200_000_000])  # ~0.1 s
+            t0 = time.perf_counter()
+            raise ZeroDivisionError("the user's error")
+    waited = time.perf_counter() - t0
+    assert not s.is_open
+    assert waited > 0.03, f"leaving the block returned after {waited:.4f} s, before the kernel"
+    # The Tensor outlives its session: after the block it is synchronized and still readable.
+    from numba import cuda
+
+    assert y.__cuda_array_interface__["stream"] is None
+    np.testing.assert_array_equal(cuda.as_cuda_array(y).copy_to_host(), 3.0 * x0)
+
+
+@pytest.mark.gpu
+def test_kernel_survives_dropping_its_inputs_and_reusing_memory(session, rng):
+    """The stream-ordered free and the session's holds keep a running kernel's inputs valid."""
+    n = 1 << 18
+    fn = session.compile(AXPY).function("slow_scale")
+    x0 = rng.standard_normal(n)
+    x = session.upload(x0)
+    y = session.upload(np.full(n, np.nan))
+    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 2.5,
+                                                 n, 100_000_000])  # ~50 ms of spinning
+    del x  # the last Python reference to the input goes while the kernel still spins
+    garbage = [session.upload(rng.standard_normal(n) * 1e9) for _ in range(4)]
+    out = session.download(y)
+    np.testing.assert_array_equal(out, 2.5 * x0)
+    del garbage
+
+
+@pytest.mark.gpu
+def test_foreign_owner_is_held_until_the_stream_passes(session, cai):
+    n = 1 << 16
+    fn = session.compile(AXPY).function("slow_scale")
+    backing = session.upload(np.arange(n, dtype=np.float64))
+    producer = cai(backing.ptr, (n,), "<f8", keep=backing)
+    ref = weakref.ref(producer)
+    y = session.alloc_output((n,), np.float64)
+    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(producer),
+                                                 1.0, n, 10_000_000])
+    del producer, backing
+    assert ref() is not None, "the session must hold a foreign owner while its launch may run"
+    session.synchronize()
+    assert ref() is None, "after synchronize the session must let go"
+    np.testing.assert_array_equal(session.download(y), np.arange(n, dtype=np.float64))
+
+
+@pytest.mark.gpu
+def test_long_loops_do_not_hold_everything_forever(session):
+    fn = session.compile(AXPY).function("axpy")
+    y = session.alloc_zeros(256, np.float32)
+    x = session.alloc_zeros(256, np.float32)
+    ym, xr = session.tensor_mut(y), session.tensor(x)
+    for _ in range(tf.session.FENCE_EVERY * 4):
+        session.launch(fn, tf.LaunchConfig.flat(256), [ym, xr, tf.f32(1.0), tf.u32(256)])
+    assert len(session._held) < tf.session.FENCE_EVERY
+    _driver.stream_synchronize(session._stream, "test")
+    session.launch(fn, tf.LaunchConfig.flat(256), [ym, xr, tf.f32(1.0), tf.u32(256)])
+    for _ in range(tf.session.FENCE_EVERY):
+        session.launch(fn, tf.LaunchConfig.flat(256), [ym, xr, tf.f32(1.0), tf.u32(256)])
+    assert len(session._fences) <= 2  # the fences the GPU had passed were retired
+
+
+@pytest.mark.gpu
+def test_session_on_an_external_stream(rng):
+    if gpu_reason():
+        pytest.skip(gpu_reason())
+    ctx = _driver.PrimaryContext.get(0)
+    prev = ctx.make_current()
+    stream = _driver.stream_create()
+    try:
+        x0 = rng.standard_normal(4099).astype(np.float32)
+        with tf.Session(device=0, stream=stream) as s:
+            assert s.stream_handle == stream
+            fn = s.compile(AXPY).function("axpy")
+            y = s.upload(x0)
+            s.launch(fn, tf.LaunchConfig.flat(x0.size), [s.tensor_mut(y),
+                                                         s.tensor(s.upload(x0)), 2.0, x0.size])
+            assert y.__cuda_array_interface__["stream"] == stream
+            out = s.download(y)
+        np.testing.assert_allclose(out, 3.0 * x0.astype(np.float64), rtol=1e-6)
+        _driver.stream_synchronize(stream, "test")  # not destroyed by the session
+
+        class HasStream:
+            def __cuda_stream__(self):
+                return (0, stream)
+
+        with tf.Session(stream=HasStream()) as s:
+            assert s.stream_handle == stream
+    finally:
+        _driver.stream_destroy(stream)
+        _driver.set_current(prev)
+
+
+@pytest.mark.gpu
+def test_events_time_work_and_order_streams(session, rng):
+    fn = session.compile(AXPY).function("slow_scale")
+    n = 1024
+    x = session.upload(rng.standard_normal(n))
+    y = session.alloc_output((n,), np.float64)
+    start = session.record_event()
+    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 1.0,
+                                                 n, 20_000_000])
+    end = session.record_event()
+    ms = start.elapsed_ms(end)
+    assert 1.0 < ms < 1000.0
+    assert end.query()
+    with pytest.raises(tf.ValidationError, match=r"event\.elapsed_ms: both events need timing"):
+        start.elapsed_ms(session.record_event(timing=False))
+    with pytest.raises(tf.ValidationError, match=r"session\.wait: event must be an Event"):
+        session.wait("now")
+    # A second session (own stream) waits on the first one's event without a host block.
+    with tf.Session() as s2:
+        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x),
+                                                     4.0, n, 20_000_000])
+        done = session.record_event(timing=False)
+        s2.wait(done)
+        out = s2.download(y)  # s2's stream is ordered after the first session's launch
+    np.testing.assert_array_equal(out, 4.0 * session.download(x))
+
+
+@pytest.mark.gpu
+def test_resource_cache_makes_once_and_checks_kind(session):
+    calls = []
+
+    def init(s):
+        calls.append(s)
+        return s.compile(AXPY)
+
+    m1 = session.resource("axpy", init, kind=tf.Module)
+    m2 = session.resource("axpy", init, kind=tf.Module)
+    assert m1 is m2 and calls == [session]
+    with pytest.raises(tf.ValidationError, match=r"session\.resource: key='axpy' holds a Module"):
+        session.resource("axpy", init, kind=dict)
+    with pytest.raises(tf.ValidationError, match=r"session\.resource: init for key='n'"):
+        session.resource("n", lambda s: 3, kind=str)
+    with pytest.raises(tf.ValidationError, match=r"session\.resource: key=\[1\] must be hashable"):
+        session.resource([1], init)
+
+
+FAULT_SCRIPT = r'''
+import numpy as np, tenferro as tf
+SRC = r"""extern "C" __global__ void bad(float* p) { p[threadIdx.x + (1ull << 40)] = 1.0f; }"""
+with tf.Session() as s:
+    fn = s.compile(SRC).function("bad")
+    s.launch(fn, tf.LaunchConfig(1, 32), [s.tensor_mut(s.alloc_zeros(32, np.float32))])
+    try:
+        s.synchronize()
+    except tf.KernelFault as exc:
+        print("FAULT", exc.result_name, exc.launches)
+    try:
+        s.alloc_zeros(4, np.float32)
+    except tf.KernelFault as exc:
+        print("REFUSED", exc)
+'''
+
+
+@pytest.mark.gpu
+def test_kernel_fault_is_reported_and_stops_the_session():
+    if gpu_reason():
+        pytest.skip(gpu_reason())
+    # A fault poisons the process's context, so it runs in a child process.
+    r = subprocess.run([sys.executable, "-c", FAULT_SCRIPT], capture_output=True, text=True,
+                       timeout=120)
+    assert "FAULT CUDA_ERROR_ILLEGAL_ADDRESS ('bad',)" in r.stdout, r.stdout + r.stderr
+    assert "REFUSED session.alloc_zeros: an earlier kernel fault" in r.stdout, r.stdout

@@ -1,0 +1,66 @@
+"""`Event`: a point in a session's stream, for timing (`elapsed_ms`) and cross-stream order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _driver
+from .errors import RuntimeStateError, ValidationError
+
+__all__ = ["Event"]
+
+
+class Event:
+    """A recorded point of a session's stream (``s.record_event()``).
+
+    Usable while its session is open; ``s.wait(event)`` orders a session's stream after it.
+    """
+
+    __slots__ = ("__weakref__", "handle", "session", "timing")
+
+    def __init__(self, session: Any, timing: bool) -> None:
+        self.session = session
+        self.timing = timing
+        self.handle = 0
+        self.handle = _driver.event_create(timing)
+
+    def __del__(self) -> None:
+        h, self.handle = getattr(self, "handle", 0), 0
+        if h:
+            try:
+                _driver.event_destroy(h)
+            except Exception:  # never raise from a finaliser
+                pass
+
+    def _check(self, op: str) -> None:
+        if not self.session._open:
+            raise RuntimeStateError(f"{op}: the event's session is closed")
+
+    def query(self) -> bool:
+        """True when the work recorded before the event has finished; never blocks."""
+        self._check("event.query")
+        return _driver.event_query(self.handle, "event.query")
+
+    def synchronize(self) -> None:
+        """Block the host until the event has completed."""
+        self._check("event.synchronize")
+        _driver.event_synchronize(self.handle, "event.synchronize")
+
+    def elapsed_ms(self, end: Event) -> float:
+        """Milliseconds of GPU time from this event to ``end``; waits for ``end`` to complete.
+
+        Both events need ``timing=True`` (the default of ``s.record_event``).
+        """
+        op = "event.elapsed_ms"
+        self._check(op)
+        if not isinstance(end, Event):
+            raise ValidationError(f"{op}: end must be an Event, got {type(end).__name__}")
+        end._check(op)
+        if not (self.timing and end.timing):
+            raise ValidationError(f"{op}: both events need timing=True "
+                                  f"(start.timing={self.timing}, end.timing={end.timing})")
+        _driver.event_synchronize(end.handle, op)
+        return _driver.event_elapsed_ms(self.handle, end.handle, op)
+
+    def __repr__(self) -> str:
+        return f"Event(0x{self.handle:x}, timing={self.timing})"

@@ -1,0 +1,70 @@
+"""Reading foreign arrays: CUDA Array Interface dicts and DLPack capsules (CPU parts)."""
+
+import ctypes
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+import tenferro as tf
+from tenferro import dlpack
+from tenferro.interop import read_cai
+
+
+def test_cai_v3_fields(cai):
+    f = read_cai(cai(0x7000, (4, 6), "<f4", strides=(4, 16), readonly=True, stream=2), "op")
+    assert (f.ptr, f.shape, f.strides, f.scalar_type.name, f.readonly, f.stream) == \
+        (0x7000, (4, 6), (4, 16), "f32", True, 2)
+    g = read_cai(cai(0x8000, (3, 5), "<i2", version=2, stream=77), "op")
+    assert g.strides == (10, 2) and g.stream is None  # v2 has no stream to order after
+
+
+@pytest.mark.parametrize(("kw", "msg"), [
+    ({"mask": object()}, r"has a mask"),
+    ({"stream": 0}, r"stream=0 is forbidden"),
+    ({"stream": "s"}, r"stream='s' must be an int"),
+    ({"version": 1}, r"version=1 is not supported"),
+    ({"strides": (8,)}, r"strides=\(8,\) do not match shape=\(2, 2\)"),
+])
+def test_cai_refusals(cai, kw, msg):
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: __cuda_array_interface__ "
+                                                 + msg):
+        read_cai(cai(0x7000, (2, 2), "<f8", **kw), "session.tensor")
+
+
+def test_cai_bad_typestr_and_shape(cai):
+    with pytest.raises(tf.ValidationError, match=r"op: __cuda_array_interface__ typestr='zz'"):
+        read_cai(cai(0x7000, (2,), "zz"), "op")
+    with pytest.raises(tf.ValidationError, match=r"op: dtype object is not supported"):
+        read_cai(cai(0x7000, (2,), "|O"), "op")
+    with pytest.raises(tf.ValidationError, match=r"shape=\(2, -1\) has a negative extent"):
+        read_cai(cai(0x7000, (2, -1), "<f8"), "op")
+
+
+def _capsule_name_is(capsule, name):
+    f = ctypes.pythonapi.PyCapsule_IsValid
+    f.restype, f.argtypes = ctypes.c_int, (ctypes.py_object, ctypes.c_char_p)
+    return bool(f(capsule, name))
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_host_capsule_is_refused_renamed_and_released_once(versioned):
+    a = np.arange(10.0)
+    base = sys.getrefcount(a)
+    cap = a.__dlpack__(max_version=(1, 0)) if versioned else a.__dlpack__()
+    assert sys.getrefcount(a) > base  # the capsule holds the array
+    with pytest.raises(tf.ValidationError, match=r"op: x is in host \(kDLCPU\) memory"):
+        dlpack.read_capsule(cap, "op")
+    used = b"used_dltensor_versioned" if versioned else b"used_dltensor"
+    assert _capsule_name_is(cap, used)
+    with pytest.raises(tf.ValidationError, match=r"op: not an unused DLPack capsule"):
+        dlpack.read_capsule(cap, "op")
+    del cap
+    gc.collect()
+    assert sys.getrefcount(a) == base  # the deleter ran exactly once (twice would go below)
+
+
+def test_read_dlpack_refuses_host_before_asking_for_a_capsule():
+    with pytest.raises(tf.ValidationError, match=r"op: x is on DLPack device_type 1"):
+        dlpack.read_dlpack(np.arange(3.0), 1, 0, "op")

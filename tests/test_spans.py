@@ -1,0 +1,133 @@
+"""The refusals of s.tensor / s.tensor_mut, on a real device."""
+
+import threading
+
+import numpy as np
+import pytest
+from _sources import AXPY
+
+import tenferro as tf
+
+
+@pytest.mark.gpu
+def test_tensor_and_tensor_mut_over_a_tensor(session):
+    t = session.upload(np.arange(12, dtype=np.int32).reshape(3, 4))
+    r, m = session.tensor(t), session.tensor_mut(t)
+    assert isinstance(r, tf.TensorRef) and isinstance(m, tf.TensorMut)
+    assert (r.ptr, r.shape, r.strides, r.dtype) == (t.ptr, (3, 4), (16, 4), np.int32)
+    assert r.owner is t and session.tensor(t, dtype=np.int32).shape == (3, 4)
+
+
+@pytest.mark.gpu
+def test_host_memory_is_refused(session, cai):
+    host = np.ones(16, np.float32)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x is a numpy array in host"):
+        session.tensor(host)
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.tensor_mut: x's pointer 0x[0-9a-f]+ is not CUDA device"):
+        session.tensor_mut(cai(host.ctypes.data, (16,), "<f4", keep=host))
+
+
+@pytest.mark.gpu
+def test_other_device_is_refused_naming_both(session):
+    class OnDevice7:
+        def __dlpack_device__(self):
+            return (2, 7)
+
+        def __dlpack__(self, **kw):
+            raise AssertionError("must be refused before the producer is asked for a capsule")
+
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.tensor: x lives on device 7, this session is on device 0"):
+        session.tensor(OnDevice7())
+
+
+@pytest.mark.gpu
+def test_read_only_producer_refused_for_tensor_mut(session, cai):
+    t = session.alloc_zeros(8, np.float32)
+    ro = cai(t.ptr, (8,), "<f4", readonly=True, keep=t)
+    assert isinstance(session.tensor(ro), tf.TensorRef)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor_mut: x is read-only"):
+        session.tensor_mut(ro)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor_mut: x is read-only"):
+        session.tensor_mut(session.tensor(t))
+
+
+@pytest.mark.gpu
+def test_dtype_mismatch_is_refused(session):
+    t = session.alloc_zeros(8, np.float32)
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.tensor: dtype=f64 was asked but x is f32"):
+        session.tensor(t, dtype=np.float64)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor_mut: dtype=i32"):
+        session.tensor_mut(t, dtype="int32")
+
+
+@pytest.mark.gpu
+def test_strides_refused_unless_allowed_and_read_correctly(session, cai, rng):
+    a = rng.standard_normal((37, 53))
+    t = session.upload(a)
+    transposed = cai(t.ptr, (53, 37), "<f8", strides=(8, 53 * 8), keep=t)
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.tensor: x has non-compact strides=\(8, 424\)"):
+        session.tensor(transposed)
+    view = session.tensor(transposed, allow_strided=True)
+    np.testing.assert_array_equal(session.download(view), a.T)
+    fn = session.compile(AXPY).function("gather2d")
+    out = session.upload(np.full((53, 37), np.nan))
+    session.launch(fn, tf.LaunchConfig((1, 53), (64, 1)),
+                   [session.tensor_mut(out), view, tf.i64(1), tf.i64(53), 53, 37])
+    np.testing.assert_array_equal(session.download(out), a.T)
+    # An offset, negatively strided view: every other row, reversed.
+    rev = cai(t.ptr + 36 * 53 * 8, (19, 53), "<f8", strides=(-2 * 53 * 8, 8), keep=t)
+    np.testing.assert_array_equal(session.download(session.tensor(rev, allow_strided=True)),
+                                  a[::-2])
+    bcast = cai(t.ptr, (4, 53), "<f8", strides=(0, 8), keep=t)
+    assert session.tensor(bcast, allow_strided=True).shape == (4, 53)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor_mut: x has a zero stride"):
+        session.tensor_mut(bcast, allow_strided=True)
+
+
+@pytest.mark.gpu
+def test_misaligned_masked_and_stream_zero_are_refused(session, cai):
+    t = session.alloc_zeros(64, np.uint8)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x's data pointer .* not "
+                                                 r"aligned to its 4-byte f32"):
+        session.tensor(cai(t.ptr + 2, (8,), "<f4", keep=t))
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: __cuda_array_interface__ has "
+                                                 r"a mask"):
+        session.tensor(cai(t.ptr, (8,), "<f4", mask=object(), keep=t))
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: __cuda_array_interface__ "
+                                                 r"stream=0 is forbidden"):
+        session.tensor(cai(t.ptr, (8,), "<f4", stream=0, keep=t))
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x is a str"):
+        session.tensor("not an array")
+
+
+@pytest.mark.gpu
+def test_span_of_another_session_and_other_thread(session):
+    with tf.Session() as s2:
+        other = s2.tensor(s2.alloc_zeros(4, np.float32))
+        with pytest.raises(tf.ValidationError,
+                           match=r"session\.tensor: x is a TensorRef of another session"):
+            session.tensor(other)
+        fn = session.compile(AXPY).function("axpy")
+        with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[1\] is a TensorRef "
+                                                     r"of another session"):
+            session.launch(fn, tf.LaunchConfig.flat(4),
+                           [session.tensor_mut(session.alloc_zeros(4, np.float32)), other,
+                            tf.f32(1), tf.u32(4)])
+    t = session.alloc_zeros(4, np.float32)
+    errors = []
+    th = threading.Thread(target=lambda: errors.append(_catch(lambda: session.tensor_mut(t))))
+    th.start()
+    th.join()
+    assert isinstance(errors[0], tf.RuntimeStateError) and "session.tensor_mut" in str(errors[0])
+
+
+def _catch(f):
+    try:
+        f()
+    except Exception as exc:
+        return exc
+    return None

@@ -1,0 +1,82 @@
+"""Owned tensors: allocation, upload/download, copies, CUDA Array Interface export."""
+
+import numpy as np
+import pytest
+
+import tenferro as tf
+
+
+def test_tensor_is_made_by_a_session_only():
+    with pytest.raises(TypeError, match=r"Tensor: made by a session"):
+        tf.Tensor()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int8, np.uint16,
+                                   np.int64, np.complex128, np.bool_])
+def test_upload_download_round_trip(session, rng, dtype):
+    a = (rng.standard_normal((5, 7, 3)) * 100).astype(dtype)
+    t = session.upload(a)
+    assert t.shape == a.shape and t.dtype == a.dtype and t.nbytes == a.nbytes
+    assert t.strides == a.strides
+    np.testing.assert_array_equal(session.download(t), a)
+    np.testing.assert_array_equal(t.to_host(), a)
+
+
+@pytest.mark.gpu
+def test_alloc_zeros_output_bytes_and_empty(session):
+    np.testing.assert_array_equal(session.download(session.alloc_zeros((3, 5), np.int16)),
+                                  np.zeros((3, 5), np.int16))
+    out = session.alloc_output((9,), np.float32)
+    assert out.shape == (9,) and out.ptr
+    ws = session.alloc_bytes(1000)
+    assert isinstance(ws, tf.DeviceBytes) and ws.nbytes == 1000
+    empty = session.upload(np.zeros((0, 4)))
+    assert session.download(empty).shape == (0, 4)
+    with pytest.raises(tf.ValidationError, match=r"session\.alloc_output: shape=\(-1,\)"):
+        session.alloc_output(-1, np.float32)
+    with pytest.raises(tf.ValidationError, match=r"session\.alloc_bytes: nbytes=2.5"):
+        session.alloc_bytes(2.5)
+    with pytest.raises(tf.ValidationError, match=r"session\.upload: array must be a numpy"):
+        session.upload([1, 2, 3])
+    with pytest.raises(tf.ValidationError, match=r"session\.upload: dtype object"):
+        session.upload(np.array([object()]))
+
+
+@pytest.mark.gpu
+def test_copy_device_to_device(session, rng):
+    a = rng.standard_normal(1001)
+    src = session.upload(a)
+    dst = session.upload(np.full(1001, np.nan))
+    session.copy(dst, src)
+    np.testing.assert_array_equal(session.download(dst), a)
+    ws = session.alloc_bytes(a.nbytes)
+    session.copy(ws, src)  # untyped workspace takes any dtype of the same size
+    back = session.alloc_output(1001, np.float64)
+    session.copy(back, ws)
+    np.testing.assert_array_equal(session.download(back), a)
+    with pytest.raises(tf.ValidationError, match=r"session\.copy: dst has 8 bytes, src has 8008"):
+        session.copy(session.alloc_output(1, np.float64), src)
+    with pytest.raises(tf.ValidationError, match=r"session\.copy: dst is f32, src is f64"):
+        session.copy(session.alloc_output(2002, np.float32), src)
+    with pytest.raises(tf.ValidationError, match=r"session\.copy: dst and src overlap"):
+        session.copy(src, session.tensor(src))
+    with pytest.raises(tf.ValidationError, match=r"session\.copy: dst: x is read-only"):
+        session.copy(session.tensor(dst), src)
+
+
+@pytest.mark.gpu
+def test_cuda_array_interface_export_is_zero_copy(session, rng):
+    from numba import cuda
+
+    a = rng.standard_normal((33, 17)).astype(np.float32)
+    t = session.upload(a)
+    cai = t.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["data"] == (t.ptr, False)
+    assert cai["shape"] == (33, 17) and cai["typestr"] == "<f4"
+    assert cai["stream"] == session.stream_handle
+    view = cuda.as_cuda_array(t)
+    assert view.__cuda_array_interface__["data"][0] == t.ptr
+    np.testing.assert_array_equal(view.copy_to_host(), a)
+    view[0, 0] = 12345.0  # a write through numba is seen by tenferro: the same memory
+    assert session.download(t)[0, 0] == 12345.0
