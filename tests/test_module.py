@@ -88,7 +88,7 @@ extern "C" __global__ void scale(float* y, const float* x, float a, unsigned n) 
 def test_load_ptx_knows_its_signature_and_runs(session, rng):
     import re
 
-    ptx = tf.compile_cuda(SCALE, arch="sm_90", target="ptx").ptx.decode()
+    ptx = tf.compile_cuda(SCALE, arch="sm_90", target="ptx").ptx
     # NVRTC 13.5 writes PTX ISA 9.5, newer than driver 580 loads: a clear error naming both.
     if re.search(r"\.version 9\.[5-9]", ptx):
         with pytest.raises(tf.BackendError, match=r"session\.load_ptx: the PTX is ISA version "
