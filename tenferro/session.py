@@ -273,8 +273,8 @@ class Session:
         s = self._span(src, TensorRef, None, False, f"{op}: src")
         if d.nbytes != s.nbytes:
             raise ValidationError(f"{op}: dst has {d.nbytes} bytes, src has {s.nbytes}")
-        if type(d) is not DeviceBytes and type(s) is not DeviceBytes and \
-                d.scalar_type is not s.scalar_type:
+        untyped = isinstance(dst, DeviceBytes) or isinstance(src, DeviceBytes)
+        if not untyped and d.scalar_type is not s.scalar_type:
             raise ValidationError(f"{op}: dst is {d.scalar_type.name}, src is "
                                   f"{s.scalar_type.name}")
         if overlaps(d, s):

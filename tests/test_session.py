@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 import threading
@@ -75,7 +76,7 @@ def test_launch_refusals_on_device(session):
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
         session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(
             session.alloc_zeros(64, np.float32)), tf.f64(1.0), tf.u32(64)])
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: block=\(2048, 1, 1\)"):
+    with pytest.raises(tf.ValidationError, match=r"LaunchConfig: block=\(2048, 1, 1\) exceeds"):
         tf.LaunchConfig(1, 2048)
     with pytest.raises(tf.ValidationError, match=r"module\.function: no kernel named 'nope'.*axpy"):
         session.compile(AXPY).function("nope")
@@ -306,5 +307,7 @@ def test_kernel_fault_is_reported_and_stops_the_session():
     # A fault poisons the process's context, so it runs in a child process.
     r = subprocess.run([sys.executable, "-c", FAULT_SCRIPT], capture_output=True, text=True,
                        timeout=120)
-    assert "FAULT CUDA_ERROR_ILLEGAL_ADDRESS ('bad',)" in r.stdout, r.stdout + r.stderr
-    assert "REFUSED session.alloc_zeros: an earlier kernel fault" in r.stdout, r.stdout
+    assert re.search(r"FAULT\W+CUDA_ERROR_ILLEGAL_ADDRESS\W+\('bad',\)", r.stdout), \
+        r.stdout + r.stderr
+    assert re.search(r"REFUSED\W+session\.alloc_zeros: an earlier kernel fault", r.stdout), \
+        r.stdout
