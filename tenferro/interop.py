@@ -33,6 +33,7 @@ class Foreign:
     stream: int | None  # the producer's stream handle to order after; None: nothing to wait for
     owner: Any
     device: int | None = None  # the producer's own claim (DLPack); CAI does not say
+    ordered: bool = True  # False for CAI v2: the producer said nothing about its stream
 
 
 def _int_tuple(v: Any, what: str, op: str) -> tuple[int, ...]:
@@ -98,4 +99,4 @@ def read_cai(x: Any, op: str) -> Foreign:
             raise ValidationError(f"{op}: __cuda_array_interface__ stream=0 is forbidden by "
                                   "version 3 (ambiguous); the producer must give 1, 2 or a handle")
         stream = int(stream)
-    return Foreign(ptr, shape, strides, t, readonly, stream, x)
+    return Foreign(ptr, shape, strides, t, readonly, stream, x, ordered=version >= 3)

@@ -343,7 +343,10 @@ class Session:
             raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies "
                                   "it to the device")
         if hasattr(x, "__cuda_array_interface__"):
-            return read_cai(x, op)
+            f = read_cai(x, op)
+            # CAI v2 (torch) says nothing of the producer's stream; DLPack orders it for us.
+            if f.ordered or not hasattr(x, "__dlpack__"):
+                return f
         if hasattr(x, "__dlpack__"):
             from .dlpack import read_dlpack  # ctypes structures, loaded on first use
 

@@ -68,3 +68,26 @@ def test_host_capsule_is_refused_renamed_and_released_once(versioned):
 def test_read_dlpack_refuses_host_before_asking_for_a_capsule():
     with pytest.raises(tf.ValidationError, match=r"op: x is on DLPack device_type 1"):
         dlpack.read_dlpack(np.arange(3.0), 1, 0, "op")
+
+
+@pytest.mark.gpu
+def test_torch_tensors_zero_copy_on_a_torch_stream(session, rng):
+    torch = pytest.importorskip("torch")
+    stream = torch.cuda.Stream()
+    a = rng.standard_normal((64, 48))
+    with torch.cuda.stream(stream):
+        t = torch.from_numpy(a).cuda() * 2.0  # produced on torch's non-default stream
+        ref = session.tensor(t)  # ordered after torch's stream through __dlpack__(stream=)
+        assert ref.ptr == t.data_ptr() and ref.shape == (64, 48) and ref.dtype == np.float64
+        np.testing.assert_array_equal(session.download(ref), 2.0 * a)
+        mut = session.tensor_mut(t)
+        session.copy(mut, session.upload(a))  # a write through tenferro ...
+        session.synchronize()
+        np.testing.assert_array_equal(t.cpu().numpy(), a)  # ... is seen by torch
+        tt = t.t()
+        with pytest.raises(tf.ValidationError, match=r"session\.tensor: x has non-compact"):
+            session.tensor(tt)
+        np.testing.assert_array_equal(session.download(session.tensor(tt, allow_strided=True)),
+                                      a.T)
+        half = torch.ones(8, dtype=torch.bfloat16, device="cuda")
+        assert session.tensor(half).scalar_type.name == "bf16"
