@@ -358,6 +358,11 @@ def module_function_names(module: int) -> list[str]:
 _FA = _cu.CUfunction_attribute if _cu is not None else None
 
 
+def kernel_function(kernel: int, op: str) -> int:
+    """The CUfunction of a library kernel (CUkernel) in the current context."""
+    return int(_check(op, _cu.cuKernelGetFunction(_cu.CUkernel(kernel))))
+
+
 def func_attribute(func: int, name: str) -> int:
     """A function attribute by its CU_FUNC_ATTRIBUTE_ suffix (``"MAX_THREADS_PER_BLOCK"``)."""
     attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)

@@ -261,7 +261,8 @@ class Function:
         "static_shared_bytes",
     )
 
-    def __init__(self, module: Module, name: str, handle: int, sig: Signature) -> None:
+    def __init__(self, module: Any, name: str, handle: int, sig: Signature,
+                 block: Any = None) -> None:
         from .args import ParamBlock  # args sits above signature; imported once here
 
         self.module = module
@@ -270,7 +271,7 @@ class Function:
         self.handle = handle
         self.signature = sig
         self.fobj = _driver.function_object(handle)
-        self.block = ParamBlock(sig)
+        self.block = ParamBlock(sig) if block is None else block
         self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
         self.dynamic_shared_limit = _DEFAULT_SHARED_LIMIT - self.static_shared_bytes

@@ -21,6 +21,7 @@ from .events import Event
 from .interop import Foreign, read_cai
 from .launch import LaunchConfig, check_against
 from .module import Function, Module, compile_cuda
+from .numba_kernels import NumbaKernel, as_dispatcher, compile_for_session
 from .resources import ResourceCache
 from .signature import parse_ptx
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
@@ -425,13 +426,35 @@ class Session:
             raise ValidationError(f"{op}: image must be bytes, got {type(image).__name__}")
         return self._add_module(Module(self, bytes(image), "cubin", {}, None, op))
 
-    def launch(self, fn: Function, config: LaunchConfig, args: list | tuple) -> None:
+    def numba_kernel(self, kernel: Any, signature: Any = None) -> Function | NumbaKernel:
+        """A numba-cuda kernel for this session, launched by `launch` like any Function.
+
+        ``kernel`` is a ``@cuda.jit`` dispatcher or a plain Python function. With a numba
+        ``signature`` (``"void(float32[::1], float32[:], float32)"``) it compiles now and returns
+        a Function; without one it returns a `NumbaKernel` that `launch` specializes on the
+        arguments' dtypes, ndim and layout (compiled once per combination).
+        """
+        op = "session.numba_kernel"
+        self._check_use(op)
+        dispatcher, name = as_dispatcher(kernel, op)
+        if signature is None:
+            return NumbaKernel(self, dispatcher, name)
+        return compile_for_session(self, dispatcher, signature, name, op)
+
+    def launch(self, fn: Function | NumbaKernel, config: LaunchConfig,
+               args: list | tuple) -> None:
         """Check and enqueue one launch on the session's stream; only enqueues."""
         op = "session.launch"
         self._check_use(op)
-        if type(fn) is not Function or fn.session is not self:
-            raise ValidationError(f"{op}: fn must be a Function of this session, got "
-                                  f"{type(fn).__name__}")
+        if type(fn) is not Function:
+            if type(fn) is not NumbaKernel:
+                raise ValidationError(f"{op}: fn must be a Function of this session, got "
+                                      f"{type(fn).__name__}")
+            if fn.session is not self:
+                raise ValidationError(f"{op}: fn is a NumbaKernel of another session")
+            fn = fn.function_for(args, op)
+        if fn.session is not self:
+            raise ValidationError(f"{op}: fn is a Function of another session")
         if type(config) is not LaunchConfig:  # before the set lookup: a list would not hash
             raise ValidationError(f"{op}: config must be a LaunchConfig, got "
                                   f"{type(config).__name__}")

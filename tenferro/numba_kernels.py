@@ -1,0 +1,377 @@
+"""numba-cuda kernels compiled for a session's device and launched through the session's path.
+
+numba compiles and links the kernel (its PTX or LTO-IR, ``link=`` files, its runtime helpers)
+and loads it into the primary context, which is the session's context. tenferro then takes the
+kernel's CUfunction and launches it itself, packing numba's argument layout into one
+pre-allocated parameter block:
+
+* an array is 5 + 2*ndim 64-bit slots: meminfo (0), parent (0), nitems, itemsize, data,
+  shape[ndim], strides[ndim] in bytes;
+* a scalar is its exact width (bool one byte, float16 its 16 bits, complex two floats).
+
+Which arrays a kernel writes is read from numba's typed IR (`written_arrays`); a read-only
+`TensorRef` passed there is refused. Detected: stores ``a[i] = v`` into the array or any view of
+it (slices, ``.T``, ``reshape`` ...) and ``cuda.atomic.*`` on it. Not detected: stores made
+inside called device functions, or through pointers the kernel makes itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any
+
+import numpy as np
+
+from . import _driver, dtypes
+from .dtypes import ScalarType
+from .errors import ValidationError
+from .signature import INT, OPAQUE, Param, Signature
+from .spans import DeviceBytes, TensorMut, TensorRef
+
+__all__ = ["NumbaKernel", "NumbaParamBlock", "numba_layout", "written_arrays"]
+
+_SPAN_TYPES = (TensorRef, TensorMut, DeviceBytes)
+_ARRAY, _SCALAR_ARG = 0, 1
+
+
+def _numba():
+    from numba import cuda, types
+
+    return cuda, types
+
+
+def scalar_type_of(nb_type: Any, op: str) -> ScalarType:
+    """The tenferro scalar type of a numba scalar type (int32, float16, boolean, complex64...)."""
+    from numba.np import numpy_support
+
+    try:
+        return dtypes.from_numpy(numpy_support.as_dtype(nb_type), op)
+    except Exception as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError(f"{op}: numba type {nb_type} has no device scalar type") from None
+
+
+def numba_layout(argtypes: tuple, name: str, op: str) -> tuple[list[tuple], Signature]:
+    """Per argument, how it is packed; and the flat kernel parameter list numba emits.
+
+    Refused: argument types tenferro does not pack (records, tuples, pointers, ...).
+    """
+    _, types = _numba()
+    specs: list[tuple] = []
+    params: list[Param] = []
+    for i, ty in enumerate(argtypes):
+        if isinstance(ty, types.Array):
+            t = scalar_type_of(ty.dtype, f"{op}: argument {i}")
+            specs.append((_ARRAY, t, ty.ndim, ty.layout, len(params)))
+            params.extend(Param(INT, 8, 8, dtypes.by_name("i64"), f"{i}.{f}")
+                          for f in _array_fields(ty.ndim))
+        elif isinstance(ty, (types.Integer, types.Float, types.Boolean, types.Complex)):
+            t = scalar_type_of(ty, f"{op}: argument {i}")
+            specs.append((_SCALAR_ARG, t, 0, "", len(params)))
+            if t.kind == "complex":
+                half = t.itemsize // 2
+                params.extend(Param(OPAQUE, half, half, None, f"{i}.{part}")
+                              for part in ("real", "imag"))
+            else:
+                params.append(Param(OPAQUE, t.itemsize, t.itemsize, t, str(i)))
+        else:
+            raise ValidationError(f"{op}: argument {i} of {name!r} has numba type {ty}; "
+                                  "tenferro packs arrays and scalars only")
+    return specs, Signature(name, tuple(params), "numba")
+
+
+def _array_fields(ndim: int) -> list[str]:
+    return ["meminfo", "parent", "nitems", "itemsize", "data",
+            *(f"shape{d}" for d in range(ndim)), *(f"stride{d}" for d in range(ndim))]
+
+
+def written_arrays(type_annotation: Any, nargs: int) -> set[int]:
+    """Indices of the array arguments numba's typed IR shows the kernel storing into."""
+    from numba.cuda.core import ir
+
+    _, types = _numba()
+    typemap = type_annotation.typemap
+    blocks = type_annotation.blocks
+    alias: dict[str, int] = {}
+    for blk in blocks.values():
+        for st in blk.body:
+            if isinstance(st, ir.Assign) and isinstance(st.value, ir.Arg) and \
+                    st.value.index < nargs:
+                alias[st.target.name] = st.value.index
+    changed = True
+    while changed:  # views of views: follow until nothing new
+        changed = False
+        for blk in blocks.values():
+            for st in blk.body:
+                if not isinstance(st, ir.Assign) or st.target.name in alias:
+                    continue
+                if not isinstance(typemap.get(st.target.name), types.Array):
+                    continue
+                src = _array_source(st.value, alias, ir)
+                if src is not None:
+                    alias[st.target.name] = src
+                    changed = True
+    writes: set[int] = set()
+    for blk in blocks.values():
+        for st in blk.body:
+            if isinstance(st, (ir.SetItem, ir.StaticSetItem)) and st.target.name in alias:
+                writes.add(alias[st.target.name])
+            elif isinstance(st, ir.Assign) and isinstance(st.value, ir.Expr) and \
+                    st.value.op == "call" and st.value.args:
+                fty = str(typemap.get(st.value.func.name, ""))
+                first = st.value.args[0]
+                if "stubs.atomic" in fty and first.name in alias:
+                    writes.add(alias[first.name])
+    return writes
+
+
+def _array_source(value: Any, alias: dict[str, int], ir: Any) -> int | None:
+    """The argument an array-typed expression views, when it is made from one."""
+    if isinstance(value, ir.Var):
+        return alias.get(value.name)
+    if not isinstance(value, ir.Expr):
+        return None
+    if value.op in ("getattr", "getitem", "static_getitem"):
+        return alias.get(value.value.name)
+    if value.op == "call":
+        for v in (*value.args, value.func):
+            if isinstance(v, ir.Var) and v.name in alias:
+                return alias[v.name]
+    if value.op == "cast":
+        return alias.get(value.value.name)
+    return None
+
+
+def _f_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    expected = itemsize
+    for d, st in zip(shape, strides, strict=True):
+        if d == 0:
+            return True
+        if d != 1 and st != expected:
+            return False
+        expected *= d
+    return True
+
+
+class NumbaParamBlock:
+    """numba's argument layout in one buffer, with cuLaunchKernel's pointer array into it.
+
+    `pack` has the interface of `ParamBlock.pack`: check every argument, write it in place,
+    return the spans.
+    """
+
+    __slots__ = ("_buf", "_mv", "_ptrs", "address", "name", "nparams", "offsets", "sig",
+                 "specs", "structs", "writes")
+
+    def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
+        self.name = name
+        self.specs = specs
+        self.sig = sig
+        self.writes = frozenset(writes)
+        self.nparams = len(specs)
+        offsets, off = [], 0
+        for p in sig.params:
+            off = (off + p.align - 1) // p.align * p.align
+            offsets.append(off)
+            off += p.size
+        self.offsets = tuple(offsets)
+        self._buf = ctypes.create_string_buffer(max(off, 8))
+        self._mv = memoryview(self._buf).cast("B")
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
+        self.address = ctypes.addressof(self._ptrs)
+        self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
+                             for s in specs)
+
+    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+        """Check and write every argument; return the spans used."""
+        from .args import KernelArg, _check_overlaps
+
+        if len(args) != self.nparams:
+            raise ValidationError(f"{op}: numba kernel {self.name!r} takes {self.nparams} "
+                                  f"argument(s), got {len(args)}")
+        mv, offsets = self._mv, self.offsets
+        spans: list = []
+        for i in range(self.nparams):
+            a = args[i]
+            kind, t, ndim, layout, first = self.specs[i]
+            off = offsets[first]
+            if type(a) is KernelArg and a.span is not None:
+                a = a.span
+            if kind == _ARRAY:
+                cls = type(a)
+                if cls not in _SPAN_TYPES:
+                    raise ValidationError(
+                        f"{op}: args[{i}] of {self.name!r} is an array ({t.name}, {ndim}-d); "
+                        f"got {type(a).__name__}, expected s.tensor(x) or s.tensor_mut(x)")
+                if a.session is not session:
+                    raise ValidationError(f"{op}: args[{i}] is a {cls.__name__} of another "
+                                          "session")
+                if a.scalar_type is not t or len(a.shape) != ndim:
+                    raise ValidationError(
+                        f"{op}: args[{i}] of {self.name!r} expects a {ndim}-d {t.name} array, "
+                        f"got a {len(a.shape)}-d {a.scalar_type.name} span")
+                if (layout == "C" and not a.is_c_contiguous) or \
+                        (layout == "F" and not _f_contiguous(a.shape, a.strides, t.itemsize)):
+                    raise ValidationError(
+                        f"{op}: args[{i}] of {self.name!r} expects layout {layout!r}, got "
+                        f"strides={a.strides}; compile for layout 'A' ({t.name}[:, :]) to take "
+                        "strided views")
+                if cls is TensorRef and i in self.writes:
+                    raise ValidationError(
+                        f"{op}: args[{i}] is a read-only TensorRef but numba kernel "
+                        f"{self.name!r} stores into that array; use tensor_mut()")
+                self.structs[i].pack_into(mv, off, 0, 0, a.size, t.itemsize, a.ptr, *a.shape,
+                                          *a.strides)
+                spans.append(a)
+                continue
+            data = _scalar_bytes(a, t, op, i, self.name)
+            mv[off:off + len(data)] = data
+        if len(spans) > 1:
+            _check_overlaps(spans, args, op)
+        return spans
+
+
+def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:
+    from .args import KernelArg
+
+    where = f"{op}: args[{i}]"
+    if type(a) is KernelArg:
+        if a.scalar_type is not t:
+            raise ValidationError(f"{where} of numba kernel {name!r} expects {t.name}, got "
+                                  f"{a.describe()}")
+        return a.data
+    if isinstance(a, np.generic):
+        got = dtypes.from_numpy(a.dtype, where)
+        if got is not t:
+            raise ValidationError(f"{where} of numba kernel {name!r} expects {t.name}, got "
+                                  f"numpy {a.dtype} scalar")
+        return dtypes.pack_scalar(t, a.item(), where)
+    if type(a) in (int, float, bool, complex):
+        return dtypes.pack_scalar(t, a, where)  # the type is known here: range-checked into it
+    raise ValidationError(f"{where} of numba kernel {name!r} expects a {t.name} scalar, got "
+                          f"{type(a).__name__}")
+
+
+class _NumbaModule:
+    """Holds a compiled numba kernel alive for its Functions; numba owns the loaded image."""
+
+    __slots__ = ("__weakref__", "kernel", "session")
+
+    def __init__(self, session: Any, kernel: Any) -> None:
+        self.session = session
+        self.kernel = kernel
+
+    def unload(self) -> None:
+        """Numba unloads its own modules; nothing to do."""
+
+
+def _specialization_type(a: Any, op: str, i: int) -> Any:
+    """The numba type an argument asks for, when the kernel has no explicit signature."""
+    from numba import from_dtype
+
+    from .args import KernelArg
+
+    _, types = _numba()
+    if type(a) is KernelArg and a.span is not None:
+        a = a.span
+    if type(a) in _SPAN_TYPES:
+        t = a.scalar_type
+        if t.numpy is None:
+            raise ValidationError(f"{op}: args[{i}] is {t.name}, which numba has no type for")
+        return types.Array(from_dtype(t.numpy), len(a.shape), "C" if a.is_c_contiguous else "A")
+    if type(a) is KernelArg and a.scalar_type is not None:
+        return from_dtype(a.scalar_type.numpy)
+    if isinstance(a, np.generic):
+        return from_dtype(a.dtype)
+    if type(a) in (int, float, bool, complex):
+        raise ValidationError(
+            f"{op}: args[{i}] is a bare Python {type(a).__name__}; a numba kernel without a "
+            "signature specializes on argument types, so give it a type (tf.i64(n), "
+            "tf.f32(x), np.float64(x)) or pass signature= to s.numba_kernel")
+    raise ValidationError(f"{op}: args[{i}] is {type(a).__name__}; expected a span or a typed "
+                          "scalar")
+
+
+class NumbaKernel:
+    """A numba kernel in a session: specialized on the launch's arguments, one per type key.
+
+    ``s.numba_kernel(f)`` returns one; ``s.launch`` takes it where it takes a Function.
+    """
+
+    __slots__ = ("__weakref__", "dispatcher", "name", "session", "specializations")
+
+    def __init__(self, session: Any, dispatcher: Any, name: str) -> None:
+        self.session = session
+        self.dispatcher = dispatcher
+        self.name = name
+        self.specializations: dict[tuple, Any] = {}
+
+    def function_for(self, args: list | tuple, op: str) -> Any:
+        """The compiled Function for these arguments' types (compiled once per type key)."""
+        key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
+        fn = self.specializations.get(key)
+        if fn is None:
+            fn = self.specializations[key] = compile_for_session(
+                self.session, self.dispatcher, key, self.name, op)
+        return fn
+
+    def __repr__(self) -> str:
+        return f"NumbaKernel({self.name!r}, {len(self.specializations)} specialization(s))"
+
+
+def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
+    """A numba CUDA kernel dispatcher for ``f`` (a dispatcher, or a Python function to jit)."""
+    cuda, _ = _numba()
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    if isinstance(f, CUDADispatcher):
+        if f.targetoptions.get("device"):
+            raise ValidationError(f"{op}: {f.py_func.__name__!r} is a device function "
+                                  "(device=True); launch a kernel that calls it")
+        if f.targetoptions.get("debug"):
+            raise ValidationError(f"{op}: {f.py_func.__name__!r} is built with debug=True, whose "
+                                  "exception flags need numba's own launcher")
+        return f, f.py_func.__name__
+    if callable(f) and hasattr(f, "__code__"):
+        return cuda.jit(f), f.__name__
+    raise ValidationError(f"{op}: expected a Python function or a numba.cuda.jit kernel, got "
+                          f"{type(f).__name__}")
+
+
+def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Any:
+    """Compile ``dispatcher`` for ``sig`` (argument types or a signature string) in ``session``.
+
+    Refused: kernels that need a cooperative launch (grid sync), and kernels whose code depends
+    on the launch configuration.
+    """
+    from numba.cuda.core import sigutils
+
+    from .module import Function
+
+    cuda, _ = _numba()
+    if isinstance(sig, tuple):
+        argtypes = sig
+    else:
+        try:
+            argtypes, _ret = sigutils.normalize_signature(sig)
+        except Exception as exc:
+            raise ValidationError(f"{op}: signature={sig!r} is not a numba signature: "
+                                  f"{exc}") from None
+    with cuda.gpus[session.device]:  # numba's handle on the same primary context
+        kern = dispatcher.compile(argtypes)
+        kern.bind()
+        cufunc = kern._codelibrary.get_cufunc()
+    if kern.cooperative:
+        raise ValidationError(f"{op}: numba kernel {name!r} uses grid sync and needs a "
+                              "cooperative launch, which s.launch does not do")
+    if getattr(kern, "launch_config_sensitive", False):
+        raise ValidationError(f"{op}: numba kernel {name!r} is compiled per launch "
+                              "configuration; s.launch cannot launch it")
+    specs, psig = numba_layout(tuple(kern.signature.args), name, op)
+    writes = written_arrays(kern._type_annotation, len(specs))
+    block = NumbaParamBlock(name, specs, psig, writes)
+    handle = _driver.kernel_function(int(cufunc.handle), op)
+    return Function(_NumbaModule(session, kern), name, handle, psig, block)

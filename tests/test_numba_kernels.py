@@ -1,0 +1,260 @@
+"""numba kernels: layout, write detection and packing (CPU, through compile_ptx), then on a GPU."""
+
+import struct
+
+import numpy as np
+import pytest
+from numba import cuda, types
+from numba.cuda.compiler import compile_cuda
+
+import tenferro as tf
+from tenferro import dtypes
+from tenferro.numba_kernels import (
+    NumbaParamBlock,
+    _specialization_type,
+    numba_layout,
+    written_arrays,
+)
+from tenferro.signature import parse_ptx
+
+
+def scale_into(out, x, a, n):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = a * x[i]
+
+
+def views_and_atomics(out, x, acc, hist, n):
+    i = cuda.grid(1)
+    v = out[1:]
+    w = v.T
+    if i < n - 1:
+        w[i] = x[i]
+        cuda.atomic.add(acc, 0, x[i])
+    if i < hist.shape[0]:
+        t = hist[i]  # read only
+        acc[1] = t
+
+
+def reads_only(x, y, n):
+    i = cuda.grid(1)
+    if i < n:
+        s = x[i] + y[i]
+        s += 1
+
+
+F32_C = types.Array(types.float32, 1, "C")
+F64_2A = types.Array(types.float64, 2, "A")
+
+
+def _typed(f, argtypes):
+    return compile_cuda(f, types.void, argtypes, cc=(9, 0)).type_annotation
+
+
+def test_layout_matches_the_ptx_numba_emits():
+    argtypes = (F32_C, F64_2A, types.complex64, types.int16, types.boolean, types.float16,
+                types.Array(types.int8, 3, "A"))
+
+    def k(a, b, c, d, e, f, g):
+        pass
+
+    _specs, sig = numba_layout(argtypes, "k", "test")
+    ptx, _ = cuda.compile_ptx(k, argtypes, cc=(9, 0))
+    (entry,) = parse_ptx(ptx).values()
+    assert [p.size for p in entry.params] == [p.size for p in sig.params]
+    assert len(sig.params) == 7 + 9 + 2 + 1 + 1 + 1 + 11
+
+
+def test_writes_are_read_from_the_typed_ir():
+    assert written_arrays(_typed(scale_into, (F32_C, F32_C, types.float32, types.int64)),
+                          4) == {0}
+    argtypes = (F32_C, F32_C, types.Array(types.float64, 1, "C"), F32_C, types.int64)
+    assert written_arrays(_typed(views_and_atomics, argtypes), 5) == {0, 2}
+    assert written_arrays(_typed(reads_only, (F32_C, F32_C, types.int64)), 3) == set()
+
+
+class _FakeSession:
+    pass
+
+
+def test_pack_writes_numbas_array_struct_and_checks(rng):
+    s = _FakeSession()
+    specs, sig = numba_layout((F64_2A, F32_C, types.float32, types.int64), "k", "test")
+    block = NumbaParamBlock("k", specs, sig, {1})
+    f64, f32 = dtypes.by_name("f64"), dtypes.by_name("f32")
+    a = tf.TensorRef(0x10000, (3, 5), (8, 24), f64, 0, None, s)  # a transposed view
+    b = tf.TensorMut(0x20000, (7,), (4,), f32, 0, None, s)
+    spans = block.pack([a, b, tf.f32(2.5), 7], s, "session.launch")
+    assert spans == [a, b]
+    raw = bytes(block._mv)
+    assert struct.unpack_from("<9q", raw, block.offsets[0]) == (0, 0, 15, 8, 0x10000, 3, 5, 8, 24)
+    assert struct.unpack_from("<7q", raw, block.offsets[9]) == (0, 0, 7, 4, 0x20000, 7, 4)
+    assert struct.unpack_from("<f", raw, block.offsets[16]) == (2.5,)
+    assert struct.unpack_from("<q", raw, block.offsets[17]) == (7,)
+    op = "session.launch"
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[1\] is a read-only "
+                                                 r"TensorRef but numba kernel 'k' stores"):
+        block.pack([a, tf.TensorRef(0x20000, (7,), (4,), f32, 0, None, s), tf.f32(1), 7], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[2\] of numba kernel 'k' expects f32, "
+                                                 r"got f64"):
+        block.pack([a, b, tf.f64(1), 7], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[3\]: 1e\+30 is out of range|args\[3\]"
+                                                 r".*needs an integer"):
+        block.pack([a, b, tf.f32(1), 1e30], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[3\]: 9223372036854775808 is out of "
+                                                 r"range for i64"):
+        block.pack([a, b, tf.f32(1), 1 << 63], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] of 'k' expects a 2-d f64 array, "
+                                                 r"got a 1-d f32"):
+        block.pack([b, b, tf.f32(1), 7], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[1\] of 'k' expects layout 'C'"):
+        block.pack([a, tf.TensorMut(0x20000, (7,), (8,), f32, 0, None, s), tf.f32(1), 7], s, op)
+    with pytest.raises(tf.ValidationError, match=r"numba kernel 'k' takes 4 argument"):
+        block.pack([a], s, op)
+
+
+def test_specialization_refuses_untyped_python_numbers():
+    with pytest.raises(tf.ValidationError, match=r"op: args\[2\] is a bare Python int; a numba "
+                                                 r"kernel without a signature"):
+        _specialization_type(3, "op", 2)
+    assert _specialization_type(tf.f32(1.0), "op", 0) == types.float32
+    assert _specialization_type(np.int16(3), "op", 0) == types.int16
+
+
+# --- on the GPU --------------------------------------------------------------------------------
+
+
+@cuda.jit
+def transpose_add(out, a, b):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = a[i, j] + 2.0 * b[i, j]
+
+
+@cuda.jit
+def stencil3d(out, x):
+    i, j, k = cuda.grid(3)
+    n0, n1, n2 = x.shape
+    if 0 < i < n0 - 1 and j < n1 and k < n2:
+        out[i, j, k] = x[i - 1, j, k] + x[i + 1, j, k] - 2.0 * x[i, j, k]
+    elif i < n0 and j < n1 and k < n2:
+        out[i, j, k] = x[i, j, k]
+
+
+@pytest.mark.gpu
+def test_1d_numba_kernel_with_signature(session, rng):
+    fn = session.numba_kernel(scale_into, "void(float64[::1], float64[::1], float64, int64)")
+    assert isinstance(fn, tf.Function)
+    n = 10_007
+    x0 = rng.standard_normal(n)
+    out = session.upload(np.full(n, np.nan))
+    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
+                                                 session.tensor(session.upload(x0)), 1.75, n])
+    np.testing.assert_array_equal(session.download(out), 1.75 * x0)
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] of numba kernel "
+                                                 r"'scale_into' expects f64, got f32"):
+        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
+                                                     session.tensor(out), tf.f32(1.0), n])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[3\]: 1\.5"):
+        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
+                                                     session.tensor(session.upload(x0)), 1.0,
+                                                     1.5])
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] is a read-only TensorRef but numba "
+                                                 r"kernel 'scale_into' stores"):
+        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor(out),
+                                                     session.tensor(session.upload(x0)), 1.0, n])
+
+
+@pytest.mark.gpu
+def test_2d_strided_views_lazily_specialized(session, rng):
+    k = session.numba_kernel(transpose_add)
+    rows, cols = 45, 70
+    a0, b0 = rng.standard_normal((cols, rows)), rng.standard_normal((rows, cols))
+    at = session.tensor(session.upload(a0), allow_strided=False)  # C (cols, rows)
+    a_t = tf.TensorRef(at.ptr, (rows, cols), (8, rows * 8), at.scalar_type, 0, at.owner,
+                       session)  # its transpose, as a strided view
+    out = session.upload(np.full((rows, cols), np.nan))
+    cfg = tf.LaunchConfig(((rows + 15) // 16, (cols + 15) // 16), (16, 16))
+    session.launch(k, cfg, [session.tensor_mut(out), a_t, session.tensor(session.upload(b0))])
+    np.testing.assert_array_equal(session.download(out), a0.T + 2.0 * b0)
+    # A torch/cupy-style strided producer goes through allow_strided the same way.
+    assert len(k.specializations) == 1
+
+
+@pytest.mark.gpu
+def test_3d_numba_kernel(session, rng):
+    x0 = rng.standard_normal((9, 17, 33)).astype(np.float32)
+    out = session.upload(np.full(x0.shape, np.nan, np.float32))
+    k = session.numba_kernel(stencil3d)
+    session.launch(k, tf.LaunchConfig((3, 5, 9), (4, 4, 4)),
+                   [session.tensor_mut(out), session.tensor(session.upload(x0))])
+    ref = x0.astype(np.float64).copy()
+    ref[1:-1] = x0[:-2].astype(np.float64) + x0[2:] - 2.0 * x0[1:-1]
+    np.testing.assert_allclose(session.download(out), ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_numba_and_raw_kernels_share_buffers_in_stream_order(session, rng):
+    from _sources import AXPY
+
+    raw = session.compile(AXPY).function("axpy")
+    nk = session.numba_kernel(scale_into, "void(float32[::1], float32[::1], float32, int64)")
+    n = 1 << 16
+    x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y, z = session.upload(x0), session.upload(y0), session.alloc_output((n,), np.float32)
+    cfg = tf.LaunchConfig.flat(n)
+    for _ in range(3):  # y = 2x + y (raw), z = 3y (numba), x = z (copy)
+        session.launch(raw, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0),
+                                  tf.u32(n)])
+        session.launch(nk, cfg, [session.tensor_mut(z), session.tensor(y), tf.f32(3.0), n])
+        session.copy(x, z)
+    xr, yr = x0.astype(np.float64), y0.astype(np.float64)
+    for _ in range(3):
+        yr = 2 * xr + yr
+        xr = 3 * yr
+    np.testing.assert_allclose(session.download(x), xr, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_numba_kernel_links_tenferro_compiled_cuda_c(session, rng, tmp_path):
+    src = r'''
+    extern "C" __device__ int cubic(float* ret, float x) { *ret = x * x * x; return 0; }
+    '''
+    major, minor = session.context.compute_capability
+    r = tf.compile_cuda(src, arch=f"sm_{major}{minor}", target="ptx", options=["-rdc=true"])
+    path = tmp_path / "cubic.ptx"
+    path.write_text(r.ptx)
+    cubic = cuda.declare_device("cubic", "float32(float32)")
+
+    @cuda.jit(link=[str(path)])
+    def apply_cubic(out, x):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = cubic(x[i])
+
+    x0 = rng.standard_normal(999).astype(np.float32)
+    out = session.upload(np.full(999, np.nan, np.float32))
+    k = session.numba_kernel(apply_cubic, "void(float32[::1], float32[::1])")
+    session.launch(k, tf.LaunchConfig.flat(999), [session.tensor_mut(out),
+                                                  session.tensor(session.upload(x0))])
+    np.testing.assert_allclose(session.download(out), x0.astype(np.float64) ** 3, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_numba_kernel_refusals(session):
+    @cuda.jit(device=True)
+    def helper(x):
+        return x
+
+    with pytest.raises(tf.ValidationError, match=r"session\.numba_kernel: 'helper' is a device "
+                                                 r"function"):
+        session.numba_kernel(helper)
+    with pytest.raises(tf.ValidationError, match=r"session\.numba_kernel: expected a Python "
+                                                 r"function"):
+        session.numba_kernel(42)
+    k = session.numba_kernel(scale_into)
+    y = session.alloc_zeros(8, np.float32)
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] is a bare Python "
+                                                 r"float"):
+        session.launch(k, tf.LaunchConfig.flat(8), [session.tensor_mut(y), session.tensor(y),
+                                                    2.0, 8])
