@@ -412,6 +412,76 @@ def launch(fobj: Any, grid: tuple[int, int, int], block: tuple[int, int, int], s
         raise _fail(op, err)
 
 
+# --- graphs -----------------------------------------------------------------------------------
+
+
+def capture_begin(stream: int, op: str) -> None:
+    """Begin capturing ``stream`` into a graph (thread-local mode: other threads unaffected)."""
+    mode = _cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    _check(op, _cu.cuStreamBeginCapture(_cu.CUstream(stream), mode))
+
+
+def capture_end(stream: int, op: str) -> int:
+    """End the capture of ``stream``; the captured graph's handle (0 when none was made)."""
+    return int(_check(op, _cu.cuStreamEndCapture(_cu.CUstream(stream))) or 0)
+
+
+def graph_node_count(graph: int) -> int:
+    """How many nodes a graph has."""
+    res = _cu.cuGraphGetNodes(_cu.CUgraph(graph), 0)
+    return int(_check("cuGraphGetNodes", res)[1])
+
+
+def graph_instantiate(graph: int, op: str) -> int:
+    """An executable graph made from ``graph``."""
+    return int(_check(op, _cu.cuGraphInstantiate(_cu.CUgraph(graph), 0)))
+
+
+def graph_destroy(graph: int) -> None:
+    """Destroy a graph."""
+    _check("cuGraphDestroy", _cu.cuGraphDestroy(_cu.CUgraph(graph)))
+
+
+def graph_exec_destroy(graph_exec: int) -> None:
+    """Destroy an executable graph."""
+    _check("cuGraphExecDestroy", _cu.cuGraphExecDestroy(_cu.CUgraphExec(graph_exec)))
+
+
+def graph_exec_object(graph_exec: int) -> Any:
+    """The binding object for an executable graph, made once and kept by the caller."""
+    return _cu.CUgraphExec(graph_exec)
+
+
+_graph_launch = _cu.cuGraphLaunch if _cu is not None else None
+
+
+def graph_launch(exec_obj: Any, sobj: Any, op: str) -> None:
+    """Enqueue an executable graph on a stream."""
+    err = _graph_launch(exec_obj, sobj)[0]
+    if err:
+        raise _fail(op, err)
+
+
+def raw_launch_kernel(fobj: Any) -> Any:
+    """A launcher for one function: ``f(gx, gy, gz, bx, by, bz, shmem, sobj, params) -> err``.
+
+    The function object is bound once; the call returns the raw CUresult (0 on success) so the
+    hot path tests an int. `raise_launch_error` turns a failure into the usual exception.
+    """
+    launch_kernel = _launch_kernel
+
+    def call(gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shmem: int, sobj: Any,
+             params: int) -> Any:
+        return launch_kernel(fobj, gx, gy, gz, bx, by, bz, shmem, sobj, params, 0)[0]
+
+    return call
+
+
+def raise_launch_error(err: Any, op: str) -> None:
+    """Raise the exception for a failed launch result."""
+    raise _fail(op, err)
+
+
 # --- NVRTC (needs no driver) ------------------------------------------------------------------
 
 

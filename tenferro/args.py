@@ -168,6 +168,10 @@ class ParamBlock:
         self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
         self.address = ctypes.addressof(self._ptrs)
 
+    def fresh(self) -> ParamBlock:
+        """A new, empty block for the same signature (for a bound launch of its own)."""
+        return ParamBlock(self.sig)
+
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
         """Check every argument against the signature and write it; return the spans used.
 
@@ -176,68 +180,72 @@ class ParamBlock:
         Python number where the type is not known, a `TensorRef` where the kernel writes, and
         overlapping spans where one of them is writable.
         """
-        params = self.params
         if len(args) != self.nparams:
             raise ValidationError(
                 f"{op}: kernel {self.sig.name!r} takes {self.nparams} argument(s), "
                 f"got {len(args)}")
-        mv, offsets = self._mv, self.offsets
         spans: list = []
+        slot = self.pack_slot
         for i in range(self.nparams):
-            a = args[i]
-            p = params[i]
-            cls = type(a)
-            if cls is KernelArg:
-                if a.kind == _POINTER:
-                    a = a.span
-                    cls = type(a)
-                elif a.kind == _SCALAR:
-                    if not _scalar_fits(p, a.scalar_type):
-                        raise ValidationError(
-                            f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
-                    off = offsets[i]
-                    mv[off:off + p.size] = a.data
-                    continue
-                else:
-                    if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size:
-                        raise ValidationError(
-                            f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
-                    off = offsets[i]
-                    mv[off:off + p.size] = a.data
-                    continue
-            if cls in _SPAN_TYPES:
-                if a.session is not session:
-                    raise ValidationError(
-                        f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
-                        f"with this session's tensor()/tensor_mut()")
-                if p.kind is not PTR and p.kind is not PTR_OR_INT and not (
-                        p.kind == OPAQUE and p.size == 8):
-                    raise ValidationError(
-                        f"{op}: args[{i}] expects {p.describe()}, got a {cls.__name__} (pointer)")
-                if cls is TensorRef and p.writes:
-                    raise ValidationError(
-                        f"{op}: args[{i}] is a read-only TensorRef but kernel "
-                        f"{self.sig.name!r} writes parameter {p.name or i}; use tensor_mut()")
-                _U64.pack_into(mv, offsets[i], a.ptr)
-                spans.append(a)
-                continue
-            if isinstance(a, np.generic):
-                t = dtypes.from_numpy(a.dtype, f"{op}: args[{i}]")
-                if not _scalar_fits(p, t):
-                    raise ValidationError(
-                        f"{op}: args[{i}] expects {p.describe()}, got numpy {a.dtype} scalar")
-                data = dtypes.pack_scalar(t, a.item(), f"{op}: args[{i}]")
-            elif cls is int or cls is float or cls is bool:
-                data = _pack_python(p, a, op, i)
-            else:
-                raise ValidationError(
-                    f"{op}: args[{i}] is {_describe(a)}; expected a span (s.tensor(x), "
-                    f"s.tensor_mut(x)), a KernelArg or a typed scalar such as tf.u32(n)")
-            off = offsets[i]
-            mv[off:off + p.size] = data
+            span = slot(i, args[i], session, op)
+            if span is not None:
+                spans.append(span)
         if len(spans) > 1:
             _check_overlaps(spans, args, op)
         return spans
+
+    def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
+        """Check and write argument ``i`` alone; return its span, or None for a value."""
+        p = self.params[i]
+        cls = type(a)
+        if cls is KernelArg:
+            if a.kind == _POINTER:
+                a = a.span
+                cls = type(a)
+            elif a.kind == _SCALAR:
+                if not _scalar_fits(p, a.scalar_type):
+                    raise ValidationError(
+                        f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
+                off = self.offsets[i]
+                self._mv[off:off + p.size] = a.data
+                return None
+            else:
+                if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size:
+                    raise ValidationError(
+                        f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
+                off = self.offsets[i]
+                self._mv[off:off + p.size] = a.data
+                return None
+        if cls in _SPAN_TYPES:
+            if a.session is not session:
+                raise ValidationError(
+                    f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
+                    f"with this session's tensor()/tensor_mut()")
+            if p.kind is not PTR and p.kind is not PTR_OR_INT and not (
+                    p.kind == OPAQUE and p.size == 8):
+                raise ValidationError(
+                    f"{op}: args[{i}] expects {p.describe()}, got a {cls.__name__} (pointer)")
+            if cls is TensorRef and p.writes:
+                raise ValidationError(
+                    f"{op}: args[{i}] is a read-only TensorRef but kernel "
+                    f"{self.sig.name!r} writes parameter {p.name or i}; use tensor_mut()")
+            _U64.pack_into(self._mv, self.offsets[i], a.ptr)
+            return a
+        if isinstance(a, np.generic):
+            t = dtypes.from_numpy(a.dtype, f"{op}: args[{i}]")
+            if not _scalar_fits(p, t):
+                raise ValidationError(
+                    f"{op}: args[{i}] expects {p.describe()}, got numpy {a.dtype} scalar")
+            data = dtypes.pack_scalar(t, a.item(), f"{op}: args[{i}]")
+        elif cls is int or cls is float or cls is bool:
+            data = _pack_python(p, a, op, i)
+        else:
+            raise ValidationError(
+                f"{op}: args[{i}] is {_describe(a)}; expected a span (s.tensor(x), "
+                f"s.tensor_mut(x)), a KernelArg or a typed scalar such as tf.u32(n)")
+        off = self.offsets[i]
+        self._mv[off:off + p.size] = data
+        return None
 
 
 def _span_positions(args: list | tuple) -> list[int]:

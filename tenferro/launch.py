@@ -1,17 +1,21 @@
-"""`LaunchConfig`: grid, block and dynamic shared memory, and its checks against the device.
+"""`LaunchConfig` and its checks against the device; `BoundLaunch`, the pre-packed relaunch.
 
 What needs no device is checked when the config is made; the rest (the function's own thread
 limit, shared memory, the device's grid limit) when it is first launched with a function, and
-remembered for that function.
+remembered for that function. A `BoundLaunch` does every check and the packing once, in
+``s.bind``; calling it is the driver call and the liveness bookkeeping, nothing else.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from . import _driver
 from .errors import ValidationError
+from .spans import Span
 
-__all__ = ["LaunchConfig"]
+__all__ = ["BoundLaunch", "LaunchConfig"]
 
 _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
@@ -111,3 +115,82 @@ def check_against(config: LaunchConfig, fn: Any, op: str) -> None:
                 f"{op}: shared_mem_bytes={dyn} exceeds what {fn.name!r} can have on this device "
                 f"({optin} bytes dynamic beside {fn.static_shared_bytes} static)")
         fn.raise_dynamic_shared(dyn)
+
+
+_get_ident = threading.get_ident
+
+
+class BoundLaunch:
+    """One kernel, one config, one argument list: checked and packed once by ``s.bind``.
+
+    ``bound()`` enqueues it on the session's stream; ``bound.update(i, arg)`` re-checks and
+    repacks argument ``i`` alone. Holds its spans (and so their owners) while it exists, and
+    the session holds it until the stream has passed each launch. Refuses use from another
+    thread, after the session closed, and after a kernel fault.
+    """
+
+    __slots__ = ("__weakref__", "_addr", "_block", "_bx", "_by", "_bz", "_gx", "_gy", "_gz",
+                 "_launch", "_session", "_shmem", "_sobj", "args", "config", "fn", "spans")
+
+    def __init__(self, session: Any, fn: Any, config: LaunchConfig, args: list | tuple,
+                 op: str) -> None:
+        self._session = session
+        self.fn = fn
+        self.config = config
+        self._block = fn.block.fresh()
+        self.args = list(args)
+        self.spans = self._block.pack(self.args, session, op)
+        self._addr = self._block.address
+        self._gx, self._gy, self._gz = config.grid
+        self._bx, self._by, self._bz = config.block
+        self._shmem = config.shared_mem_bytes
+        self._sobj = session._sobj
+        self._launch = _driver.raw_launch_kernel(fn.fobj)
+
+    def __call__(self) -> None:
+        """Enqueue the launch on the session's stream."""
+        s = self._session
+        if not s._open or s._faulted or _get_ident() != s._thread:
+            s._check_use("bound_launch")
+        err = self._launch(self._gx, self._gy, self._gz, self._bx, self._by, self._bz,
+                           self._shmem, self._sobj, self._addr)
+        if err:
+            _driver.raise_launch_error(err, "bound_launch")
+        s._last.append(self.fn.name)
+        held = s._held
+        held.append(self)
+        if len(held) >= s._fence_every:
+            s._fence()
+
+    def update(self, index: int, arg: Any) -> None:
+        """Replace argument ``index``; only that slot is checked (and overlaps against the rest)."""
+        from .args import _check_overlaps
+
+        op = "bound_launch.update"
+        self._session._check_use(op)
+        if not isinstance(index, int) or isinstance(index, bool) or \
+                not 0 <= index < len(self.args):
+            raise ValidationError(f"{op}: {index=} is out of range for {len(self.args)} "
+                                  "argument(s)")
+        span = self._block.pack_slot(index, arg, self._session, op)
+        self.args[index] = arg
+        old = self.spans
+        self.spans = [sp for sp in (self._block_span(i) for i in range(len(self.args)))
+                      if sp is not None]
+        if span is not None and len(self.spans) > 1:
+            try:
+                _check_overlaps(self.spans, self.args, op)
+            except ValidationError:
+                self.spans = old
+                raise
+
+    def _block_span(self, i: int) -> Any:
+        from .args import KernelArg
+
+        a = self.args[i]
+        if type(a) is KernelArg:
+            return a.span
+        return a if isinstance(a, Span) else None
+
+    def __repr__(self) -> str:
+        return f"BoundLaunch({self.fn.name!r}, {self.config})"

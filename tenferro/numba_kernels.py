@@ -185,53 +185,63 @@ class NumbaParamBlock:
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
 
+    def fresh(self) -> NumbaParamBlock:
+        """A new, empty block for the same kernel (for a bound launch of its own)."""
+        return NumbaParamBlock(self.name, self.specs, self.sig, self.writes)
+
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
         """Check and write every argument; return the spans used."""
-        from .args import KernelArg, _check_overlaps
+        from .args import _check_overlaps
 
         if len(args) != self.nparams:
             raise ValidationError(f"{op}: numba kernel {self.name!r} takes {self.nparams} "
                                   f"argument(s), got {len(args)}")
-        mv, offsets = self._mv, self.offsets
         spans: list = []
+        slot = self.pack_slot
         for i in range(self.nparams):
-            a = args[i]
-            kind, t, ndim, layout, first = self.specs[i]
-            off = offsets[first]
-            if type(a) is KernelArg and a.span is not None:
-                a = a.span
-            if kind == _ARRAY:
-                cls = type(a)
-                if cls not in _SPAN_TYPES:
-                    raise ValidationError(
-                        f"{op}: args[{i}] of {self.name!r} is an array ({t.name}, {ndim}-d); "
-                        f"got {type(a).__name__}, expected s.tensor(x) or s.tensor_mut(x)")
-                if a.session is not session:
-                    raise ValidationError(f"{op}: args[{i}] is a {cls.__name__} of another "
-                                          "session")
-                if a.scalar_type is not t or len(a.shape) != ndim:
-                    raise ValidationError(
-                        f"{op}: args[{i}] of {self.name!r} expects a {ndim}-d {t.name} array, "
-                        f"got a {len(a.shape)}-d {a.scalar_type.name} span")
-                if (layout == "C" and not a.is_c_contiguous) or \
-                        (layout == "F" and not _f_contiguous(a.shape, a.strides, t.itemsize)):
-                    raise ValidationError(
-                        f"{op}: args[{i}] of {self.name!r} expects layout {layout!r}, got "
-                        f"strides={a.strides}; compile for layout 'A' ({t.name}[:, :]) to take "
-                        "strided views")
-                if cls is TensorRef and i in self.writes:
-                    raise ValidationError(
-                        f"{op}: args[{i}] is a read-only TensorRef but numba kernel "
-                        f"{self.name!r} stores into that array; use tensor_mut()")
-                self.structs[i].pack_into(mv, off, 0, 0, a.size, t.itemsize, a.ptr, *a.shape,
-                                          *a.strides)
-                spans.append(a)
-                continue
-            data = _scalar_bytes(a, t, op, i, self.name)
-            mv[off:off + len(data)] = data
+            span = slot(i, args[i], session, op)
+            if span is not None:
+                spans.append(span)
         if len(spans) > 1:
             _check_overlaps(spans, args, op)
         return spans
+
+    def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Any:
+        """Check and write argument ``i`` alone; return its span, or None for a scalar."""
+        from .args import KernelArg
+
+        kind, t, ndim, layout, first = self.specs[i]
+        off = self.offsets[first]
+        if type(a) is KernelArg and a.span is not None:
+            a = a.span
+        if kind != _ARRAY:
+            data = _scalar_bytes(a, t, op, i, self.name)
+            self._mv[off:off + len(data)] = data
+            return None
+        cls = type(a)
+        if cls not in _SPAN_TYPES:
+            raise ValidationError(
+                f"{op}: args[{i}] of {self.name!r} is an array ({t.name}, {ndim}-d); "
+                f"got {type(a).__name__}, expected s.tensor(x) or s.tensor_mut(x)")
+        if a.session is not session:
+            raise ValidationError(f"{op}: args[{i}] is a {cls.__name__} of another session")
+        if a.scalar_type is not t or len(a.shape) != ndim:
+            raise ValidationError(
+                f"{op}: args[{i}] of {self.name!r} expects a {ndim}-d {t.name} array, "
+                f"got a {len(a.shape)}-d {a.scalar_type.name} span")
+        if (layout == "C" and not a.is_c_contiguous) or \
+                (layout == "F" and not _f_contiguous(a.shape, a.strides, t.itemsize)):
+            raise ValidationError(
+                f"{op}: args[{i}] of {self.name!r} expects layout {layout!r}, got "
+                f"strides={a.strides}; compile for layout 'A' ({t.name}[:, :]) to take "
+                "strided views")
+        if cls is TensorRef and i in self.writes:
+            raise ValidationError(
+                f"{op}: args[{i}] is a read-only TensorRef but numba kernel "
+                f"{self.name!r} stores into that array; use tensor_mut()")
+        self.structs[i].pack_into(self._mv, off, 0, 0, a.size, t.itemsize, a.ptr, *a.shape,
+                                  *a.strides)
+        return a
 
 
 def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:

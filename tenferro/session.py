@@ -18,8 +18,9 @@ import numpy as np
 from . import _driver, dtypes
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .events import Event
+from .graph import Capture
 from .interop import Foreign, read_cai
-from .launch import LaunchConfig, check_against
+from .launch import BoundLaunch, LaunchConfig, check_against
 from .module import Function, Module, compile_cuda
 from .numba_kernels import NumbaKernel, as_dispatcher, compile_for_session
 from .resources import ResourceCache
@@ -83,6 +84,8 @@ class Session:
         self._last: collections.deque[str] = collections.deque(maxlen=8)
         self._faulted = False
         self._capturing = False
+        self._deferred_frees: list[int] = []
+        self._fence_every = FENCE_EVERY
         self._resources = ResourceCache()
 
     # --- scope ---------------------------------------------------------------------------
@@ -172,6 +175,16 @@ class Session:
     def _stream_for_export(self) -> int:
         return self._stream
 
+    def _refuse_in_capture(self, op: str, why: str) -> None:
+        if self._capturing:
+            raise RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
+
+    def _free_deferred(self) -> None:
+        """Free the Tensors dropped during a capture, now that the stream records again."""
+        frees, self._deferred_frees = self._deferred_frees, []
+        for ptr in frees:
+            _driver.mem_free_async(ptr, self._stream)
+
     def _check_use(self, op: str) -> None:
         if not self._open:
             raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
@@ -206,6 +219,8 @@ class Session:
 
     def _new_tensor(self, shape: Any, dtype: Any, op: str) -> Tensor:
         self._check_use(op)
+        self._refuse_in_capture(op, "the memory would belong to the graph; allocate before "
+                                "the capture")
         return Tensor._allocate(self, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
 
     def alloc_output(self, shape: Any, dtype: Any) -> Tensor:
@@ -234,6 +249,7 @@ class Session:
             raise ValidationError(f"{op}: array must be a numpy.ndarray, got "
                                   f"{type(array).__name__}")
         host = np.ascontiguousarray(array)
+        self._refuse_in_capture(op, "host copies cannot be captured; upload before the capture")
         t = self._new_tensor(host.shape, host.dtype, op)
         if t.nbytes:
             _driver.memcpy_htod_async(t.ptr, host.ctypes.data, t.nbytes, self._stream, op)
@@ -247,6 +263,8 @@ class Session:
         ``ml_dtypes.bfloat16`` when that is installed, else as its uint16 bits.
         """
         op = "session.download"
+        self._check_use(op)
+        self._refuse_in_capture(op, "it waits for the stream")
         span = x if isinstance(x, Span) and x.session is self else self._span(
             x, TensorRef, None, True, op)
         t = span.scalar_type
@@ -312,6 +330,8 @@ class Session:
             f = self._read_foreign(x, op)
             self._check_memory(f, op)
             if f.stream is not None and f.stream != self._stream:
+                self._refuse_in_capture(op, "ordering after the producer's stream needs an "
+                                        "event; make the span before the capture")
                 # Order our stream after the producer's without blocking the host.
                 _driver.event_record(self._import_event, f.stream, op)
                 _driver.stream_wait_event(self._stream, self._import_event, op)
@@ -349,6 +369,8 @@ class Session:
             if f.ordered or not hasattr(x, "__dlpack__"):
                 return f
         if hasattr(x, "__dlpack__"):
+            self._refuse_in_capture(op, "a DLPack producer would order itself on the capturing "
+                                    "stream; make the span before the capture")
             from .dlpack import read_dlpack  # ctypes structures, loaded on first use
 
             return read_dlpack(x, self._stream, self.device, op)
@@ -379,6 +401,7 @@ class Session:
                                   f"device {self.device}")
         other = x._session
         if other._open:  # the other session may still be writing it: order after its stream
+            self._refuse_in_capture(op, "a Tensor of another open session needs an event")
             _driver.event_record(self._import_event, other._stream, op)
             _driver.stream_wait_event(self._stream, self._import_event, op)
 
@@ -426,6 +449,26 @@ class Session:
             raise ValidationError(f"{op}: image must be bytes, got {type(image).__name__}")
         return self._add_module(Module(self, bytes(image), "cubin", {}, None, op))
 
+    def _launchable(self, fn: Any, config: Any, args: list | tuple, op: str) -> Function:
+        """The Function to launch, with the session, fn and config checked."""
+        self._check_use(op)
+        if type(fn) is not Function:
+            if type(fn) is not NumbaKernel:
+                raise ValidationError(f"{op}: fn must be a Function of this session, got "
+                                      f"{type(fn).__name__}")
+            if fn.session is not self:
+                raise ValidationError(f"{op}: fn is a NumbaKernel of another session")
+            fn = fn.function_for(args, op)
+        if fn.session is not self:
+            raise ValidationError(f"{op}: fn is a Function of another session")
+        if type(config) is not LaunchConfig:  # before the set lookup: a list would not hash
+            raise ValidationError(f"{op}: config must be a LaunchConfig, got "
+                                  f"{type(config).__name__}")
+        if config not in fn.checked_configs:
+            check_against(config, fn, op)
+            fn.checked_configs.add(config)
+        return fn
+
     def numba_kernel(self, kernel: Any, signature: Any = None) -> Function | NumbaKernel:
         """A numba-cuda kernel for this session, launched by `launch` like any Function.
 
@@ -445,22 +488,11 @@ class Session:
                args: list | tuple) -> None:
         """Check and enqueue one launch on the session's stream; only enqueues."""
         op = "session.launch"
-        self._check_use(op)
-        if type(fn) is not Function:
-            if type(fn) is not NumbaKernel:
-                raise ValidationError(f"{op}: fn must be a Function of this session, got "
-                                      f"{type(fn).__name__}")
-            if fn.session is not self:
-                raise ValidationError(f"{op}: fn is a NumbaKernel of another session")
-            fn = fn.function_for(args, op)
-        if fn.session is not self:
-            raise ValidationError(f"{op}: fn is a Function of another session")
-        if type(config) is not LaunchConfig:  # before the set lookup: a list would not hash
-            raise ValidationError(f"{op}: config must be a LaunchConfig, got "
-                                  f"{type(config).__name__}")
-        if config not in fn.checked_configs:
-            check_against(config, fn, op)
-            fn.checked_configs.add(config)
+        if type(fn) is not Function or fn.session is not self or \
+                type(config) is not LaunchConfig or config not in fn.checked_configs:
+            fn = self._launchable(fn, config, args, op)
+        elif not self._open or self._faulted or threading.get_ident() != self._thread:
+            self._check_use(op)
         block = fn.block
         spans = block.pack(args, self, op)
         _driver.launch(fn.fobj, config.grid, config.block, config.shared_mem_bytes, self._sobj,
@@ -468,8 +500,27 @@ class Session:
         held = self._held
         held.append(spans)
         self._last.append(fn.name)
-        if len(held) >= FENCE_EVERY:
+        if len(held) >= self._fence_every:
             self._fence()
+
+    def bind(self, fn: Function | NumbaKernel, config: LaunchConfig,
+             args: list | tuple) -> BoundLaunch:
+        """Check and pack a launch once; calling the result enqueues it with no further work.
+
+        Every refusal of `launch` happens here instead. A NumbaKernel is specialized on
+        ``args`` now.
+        """
+        op = "session.bind"
+        fn = self._launchable(fn, config, args, op)
+        return BoundLaunch(self, fn, config, args, op)
+
+    def capture(self) -> Capture:
+        """``with s.capture() as cap: ...``: capture the block's work; then ``cap.graph``.
+
+        ``cap.graph`` is a `Graph` to replay with ``graph.launch()``, or None when the block
+        enqueued nothing. See `tenferro.graph` for what is refused during a capture.
+        """
+        return Capture(self)
 
     # --- events and barriers -------------------------------------------------------------
 
@@ -477,6 +528,7 @@ class Session:
         """Record an event at the current tail of the session's stream."""
         op = "session.record_event"
         self._check_use(op)
+        self._refuse_in_capture(op, "events are not captured")
         ev = Event(self, timing)
         _driver.event_record(ev.handle, self._stream, op)
         return ev
@@ -485,6 +537,7 @@ class Session:
         """Order later work on this session's stream after ``event`` (no host block)."""
         op = "session.wait"
         self._check_use(op)
+        self._refuse_in_capture(op, "events are not captured")
         if not isinstance(event, Event):
             raise ValidationError(f"{op}: event must be an Event, got {type(event).__name__}")
         event._check(op)
@@ -497,6 +550,7 @@ class Session:
             raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
         if threading.get_ident() != self._thread:
             raise RuntimeStateError(f"{op}: the session belongs to the thread that opened it")
+        self._refuse_in_capture(op, "a capturing stream cannot be waited for")
         try:
             _driver.stream_synchronize(self._stream, op)
         except KernelFault as exc:

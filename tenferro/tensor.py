@@ -69,7 +69,10 @@ class Tensor:
         s = self._session
         try:
             if s._open and s._thread == threading.get_ident():
-                _driver.mem_free_async(ptr, s._stream)
+                if s._capturing:  # a free now would become a node of the graph
+                    s._deferred_frees.append(ptr)
+                else:
+                    _driver.mem_free_async(ptr, s._stream)
                 return
             # Another thread (a garbage collection there) or a closed session: make the context
             # current for this call; after the block the stream is gone, so free synchronously.

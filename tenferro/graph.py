@@ -1,0 +1,123 @@
+"""Stream capture into CUDA graphs, and their replay on the session's stream.
+
+``with s.capture() as cap: ...`` captures what the block enqueues (launches, copies, numba
+kernels) in thread-local mode. The capture ends when the block ends, also when it raises (the
+exception propagates and the stream stays usable). ``cap.graph`` is a `Graph`, or None when
+nothing was captured. A Graph holds every owner its captured work touched (tensors, foreign
+arrays, modules, numba kernels) for as long as it exists, and refuses to launch after its
+session closed.
+
+During a capture the session refuses what cannot be captured safely: allocations (their memory
+would belong to the graph), host copies and synchronization, importing foreign arrays that need
+an event on another stream, events, and nested captures. Tensors dropped during a capture are
+freed after it ends, not inside the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _driver
+from .errors import BackendError, RuntimeStateError, ValidationError
+
+__all__ = ["Capture", "Graph"]
+
+
+class Graph:
+    """An instantiated CUDA graph of a session; replay with `launch`."""
+
+    __slots__ = ("__weakref__", "_exec", "_exec_obj", "_graph", "node_count", "owners",
+                 "session")
+
+    def __init__(self, session: Any, graph: int, node_count: int, owners: list) -> None:
+        self.session = session
+        self._graph = self._exec = 0
+        self.node_count = node_count
+        self.owners = owners
+        self._exec = _driver.graph_instantiate(graph, "session.capture")
+        self._graph = graph  # owned from here on; before, the capture destroys it on failure
+        self._exec_obj = _driver.graph_exec_object(self._exec)
+
+    def launch(self, stream: Any = None) -> None:
+        """Replay the graph on the session's stream (the only stream it may run on).
+
+        ``stream`` other than None is refused: the graph's owners and order are the session's.
+        """
+        s = self.session
+        if stream is not None:
+            raise ValidationError(f"graph.launch: {stream=} is refused; a graph replays on its "
+                                  "session's stream")
+        s._check_use("graph.launch")
+        if s._capturing:
+            raise RuntimeStateError("graph.launch: not during a capture")
+        _driver.graph_launch(self._exec_obj, s._sobj, "graph.launch")
+        held = s._held
+        held.append(self)  # the graph (and its owners) live until the stream passes this replay
+        if len(held) >= s._fence_every:
+            s._fence()
+
+    def __del__(self) -> None:
+        for h, destroy in ((getattr(self, "_exec", 0), _driver.graph_exec_destroy),
+                           (getattr(self, "_graph", 0), _driver.graph_destroy)):
+            if h:
+                try:
+                    destroy(h)
+                except Exception:  # never raise from a finaliser
+                    pass
+        self._exec = self._graph = 0
+
+    def __repr__(self) -> str:
+        return f"Graph({self.node_count} node(s), {len(self.owners)} owner group(s))"
+
+
+class Capture:
+    """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends."""
+
+    __slots__ = ("_saved_held", "graph", "session")
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.graph: Graph | None = None
+
+    def __enter__(self) -> Capture:
+        s = self.session
+        op = "session.capture"
+        s._check_use(op)
+        if s._capturing:
+            raise RuntimeStateError(f"{op}: a capture is already running on this session")
+        _driver.capture_begin(s._stream, op)
+        self._saved_held = s._held
+        s._held = []
+        s._capturing = True
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        s = self.session
+        op = "session.capture"
+        owners = s._held
+        s._held = self._saved_held
+        s._capturing = False
+        try:
+            graph = _driver.capture_end(s._stream, op)
+        except BackendError as end_exc:
+            s._free_deferred()
+            if exc is not None:
+                exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
+                return
+            raise
+        s._free_deferred()
+        if not graph:
+            return
+        try:
+            if exc is not None:  # the body raised: its partial graph is discarded
+                _driver.graph_destroy(graph)
+                return
+            count = _driver.graph_node_count(graph)
+            if count == 0:
+                _driver.graph_destroy(graph)
+                return
+            self.graph = Graph(s, graph, count, owners)
+        except BaseException:
+            if self.graph is None:
+                _driver.graph_destroy(graph)
+            raise
