@@ -155,7 +155,8 @@ def test_1d_numba_kernel_with_signature(session, rng):
                                                  r"'scale_into' expects f64, got f32"):
         session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
                                                      session.tensor(out), tf.f32(1.0), n])
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[3\]: 1\.5"):
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.launch: args\[3\]: i64 needs an integer, got float 1\.5"):
         session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
                                                      session.tensor(session.upload(x0)), 1.0,
                                                      1.5])
