@@ -512,24 +512,27 @@ def nvrtc_compile(source: bytes, name: bytes, options: list[bytes],
             chk("nvrtcAddNameExpression", nvrtc.nvrtcAddNameExpression(prog, e))
         res = nvrtc.nvrtcCompileProgram(prog, len(options), options)
         size = chk("nvrtcGetProgramLogSize", nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        # Fresh, writable buffers: NVRTC writes into them. (``b" " * 1`` is the interpreter's
+        # shared constant itself, and writing a NUL into it corrupts every later b" ".)
+        log = bytearray(size)
         chk("nvrtcGetProgramLog", nvrtc.nvrtcGetProgramLog(prog, log))
-        log_s = log.rstrip(b"\0 ").decode(errors="replace")
+        log_s = bytes(log).rstrip(b"\0 ").decode(errors="replace")
         if res[0]:
             return False, log_s, b"", None, {}
         size = chk("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog))
-        ptx = b" " * size
+        ptx = bytearray(size)
         chk("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, ptx))
         cubin = None
         if want_cubin:
             size = chk("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))
-            cubin = b" " * size
+            cubin = bytearray(size)
             chk("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, cubin))
+            cubin = bytes(cubin)
         lowered = {}
         for e in name_expressions:
             low = chk("nvrtcGetLoweredName", nvrtc.nvrtcGetLoweredName(prog, e))
             lowered[e.decode()] = low.decode() if isinstance(low, bytes) else str(low)
-        return True, log_s, ptx.rstrip(b"\0"), cubin, lowered
+        return True, log_s, bytes(ptx).rstrip(b"\0"), cubin, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

@@ -124,3 +124,11 @@ def test_load_cubin_takes_sizes_from_the_driver(session, rng):
         session.launch(fn, tf.LaunchConfig.flat(300), [session.tensor_mut(y)])
     with pytest.raises(tf.ValidationError, match=r"session\.load_cubin: image must be bytes"):
         session.load_cubin("scale.cubin")
+
+
+def test_compiling_leaves_interpreter_constants_alone():
+    # Regression: NVRTC once wrote its empty log's NUL into the shared b" " constant, which
+    # turned later spaces into NULs across the process (torch then failed to import).
+    tf.compile_cuda('extern "C" __global__ void k() {}', arch="sm_90", cache=False)
+    one = b" " * int("1")
+    assert one == b"\x20" and " ".join(["a", "b"]) == "a b"
