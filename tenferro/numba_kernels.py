@@ -18,12 +18,14 @@ inside called device functions, or through pointers the kernel makes itself.
 from __future__ import annotations
 
 import ctypes
+import operator
 import struct
 from typing import Any
 
 import numpy as np
 
 from . import _driver, dtypes
+from .args import KernelArg, _check_overlaps
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
@@ -33,6 +35,7 @@ __all__ = ["NumbaKernel", "NumbaParamBlock", "numba_layout", "written_arrays"]
 
 _SPAN_TYPES = (TensorRef, TensorMut, DeviceBytes)
 _ARRAY, _SCALAR_ARG = 0, 1
+_is = operator.is_
 
 
 def _numba():
@@ -162,8 +165,8 @@ class NumbaParamBlock:
     return the spans.
     """
 
-    __slots__ = ("_buf", "_mv", "_ptrs", "address", "name", "nparams", "offsets", "sig",
-                 "specs", "structs", "writes")
+    __slots__ = ("_buf", "_mv", "_prev", "_prev_spans", "_ptrs", "address", "name",
+                 "nparams", "offsets", "sig", "specs", "structs", "writes")
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
         self.name = name
@@ -182,6 +185,8 @@ class NumbaParamBlock:
         base = ctypes.addressof(self._buf)
         self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
         self.address = ctypes.addressof(self._ptrs)
+        self._prev: tuple = ()
+        self._prev_spans: list = []
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
 
@@ -190,12 +195,14 @@ class NumbaParamBlock:
         return NumbaParamBlock(self.name, self.specs, self.sig, self.writes)
 
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
-        """Check and write every argument; return the spans used."""
-        from .args import _check_overlaps
-
+        """Check and write every argument; return the spans used (cached as `ParamBlock`)."""
+        prev = self._prev
+        if len(args) == len(prev) and all(map(_is, args, prev)):
+            return self._prev_spans
         if len(args) != self.nparams:
             raise ValidationError(f"{op}: numba kernel {self.name!r} takes {self.nparams} "
                                   f"argument(s), got {len(args)}")
+        self._prev = ()
         spans: list = []
         slot = self.pack_slot
         for i in range(self.nparams):
@@ -204,12 +211,11 @@ class NumbaParamBlock:
                 spans.append(span)
         if len(spans) > 1:
             _check_overlaps(spans, args, op)
+        self._prev, self._prev_spans = tuple(args), spans
         return spans
 
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Any:
         """Check and write argument ``i`` alone; return its span, or None for a scalar."""
-        from .args import KernelArg
-
         kind, t, ndim, layout, first = self.specs[i]
         off = self.offsets[first]
         if type(a) is KernelArg and a.span is not None:
@@ -245,8 +251,6 @@ class NumbaParamBlock:
 
 
 def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:
-    from .args import KernelArg
-
     where = f"{op}: args[{i}]"
     if type(a) is KernelArg:
         if a.scalar_type is not t:
@@ -282,8 +286,6 @@ def _specialization_type(a: Any, op: str, i: int) -> Any:
     """The numba type an argument asks for, when the kernel has no explicit signature."""
     from numba import from_dtype
 
-    from .args import KernelArg
-
     _, types = _numba()
     if type(a) is KernelArg and a.span is not None:
         a = a.span
@@ -311,21 +313,26 @@ class NumbaKernel:
     ``s.numba_kernel(f)`` returns one; ``s.launch`` takes it where it takes a Function.
     """
 
-    __slots__ = ("__weakref__", "dispatcher", "name", "session", "specializations")
+    __slots__ = ("__weakref__", "_last", "dispatcher", "name", "session", "specializations")
 
     def __init__(self, session: Any, dispatcher: Any, name: str) -> None:
         self.session = session
         self.dispatcher = dispatcher
         self.name = name
         self.specializations: dict[tuple, Any] = {}
+        self._last: tuple = ((), None)
 
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""
+        prev, fn = self._last
+        if len(args) == len(prev) and all(map(_is, args, prev)):
+            return fn
         key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
         fn = self.specializations.get(key)
         if fn is None:
             fn = self.specializations[key] = compile_for_session(
                 self.session, self.dispatcher, key, self.name, op)
+        self._last = (tuple(args), fn)
         return fn
 
     def __repr__(self) -> str:

@@ -161,3 +161,19 @@ def test_refine_ignores_mismatched_declarations():
     sigs = parse_ptx(PTX_ONLY)
     out = refine_with_source(sigs, 'extern "C" __global__ void raw(float* a) {}')
     assert out["raw"] is sigs["raw"]
+
+
+def test_repeated_arguments_skip_rechecks_but_any_change_is_checked():
+    b = _block()
+    y, x = _mut(0x1000), _ref(0x2000)
+    args = [y, x, tf.f32(1.0), tf.u32(5), 1.0, 2]
+    spans = b.pack(args, None, "session.launch")
+    assert b.pack(args, None, "session.launch") is spans  # same objects: nothing re-checked
+    args[2] = tf.f64(1.0)  # the same list, one element changed: checked again
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
+        b.pack(args, None, "session.launch")
+    args[2] = tf.f32(3.0)
+    b.pack(args, None, "session.launch")
+    assert _read(b, 2, "<f") == 3.0
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] \(TensorMut\) and args\[1\]"):
+        b.pack([y, _ref(0x1000), *args[2:]], None, "session.launch")
