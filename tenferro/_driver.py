@@ -390,26 +390,12 @@ def func_param_layout(func: int) -> list[tuple[int, int]]:
 # --- launch -----------------------------------------------------------------------------------
 
 
-def function_object(func: int) -> Any:
-    """The binding object for a function handle, made once and kept by the caller."""
-    return _cu.CUfunction(func)
-
-
 def stream_object(stream: int) -> Any:
     """The binding object for a stream handle, made once and kept by the caller."""
     return _cu.CUstream(stream)
 
 
 _launch_kernel = _cu.cuLaunchKernel if _cu is not None else None
-
-
-def launch(fobj: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shmem: int,
-           sobj: Any, params_addr: int, op: str) -> None:
-    """Enqueue a kernel with a pre-packed parameter pointer array at ``params_addr``."""
-    err = _launch_kernel(fobj, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                         shmem, sobj, params_addr, 0)[0]
-    if err:
-        raise _fail(op, err)
 
 
 # --- graphs -----------------------------------------------------------------------------------
@@ -462,19 +448,51 @@ def graph_launch(exec_obj: Any, sobj: Any, op: str) -> None:
         raise _fail(op, err)
 
 
-def raw_launch_kernel(fobj: Any) -> Any:
-    """A launcher for one function: ``f(gx, gy, gz, bx, by, bz, shmem, sobj, params) -> err``.
+_launcher: Any = None
 
-    The function object is bound once; the call returns the raw CUresult (0 on success) so the
-    hot path tests an int. `raise_launch_error` turns a failure into the usual exception.
+
+def launcher() -> Any:
+    """The process's kernel launcher: ``f(func, gx, gy, gz, bx, by, bz, shmem, stream, params)``.
+
+    Handles and the parameter-array address are ints; it returns the raw CUresult as an int
+    (0 on success), so the hot path tests an int and `raise_launch_error` makes the exception.
+    It is a numba ``@njit`` function calling libcuda's ``cuLaunchKernel`` through its C entry
+    point, which leaves the interpreter one cheap call (compiled once a process, on first use);
+    with ``TENFERRO_FAST_LAUNCH=0`` or where that cannot be built, it is the cuda.bindings call.
     """
-    launch_kernel = _launch_kernel
+    global _launcher
+    if _launcher is None:
+        _launcher = _make_njit_launcher() or _bindings_launcher
+    return _launcher
 
-    def call(gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shmem: int, sobj: Any,
-             params: int) -> Any:
-        return launch_kernel(fobj, gx, gy, gz, bx, by, bz, shmem, sobj, params, 0)[0]
 
-    return call
+def _bindings_launcher(func: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+                       shmem: int, stream: int, params: int) -> int:
+    return int(_launch_kernel(_cu.CUfunction(func), gx, gy, gz, bx, by, bz, shmem,
+                              _cu.CUstream(stream), params, 0)[0])
+
+
+def _make_njit_launcher() -> Any:
+    if os.environ.get("TENFERRO_FAST_LAUNCH", "1") == "0":
+        return None
+    try:
+        import ctypes
+
+        from numba import njit, types
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        c_launch = lib.cuLaunchKernel
+        c_launch.restype = ctypes.c_int
+        c_launch.argtypes = [ctypes.c_uint64, *([ctypes.c_uint] * 7), ctypes.c_uint64,
+                             ctypes.c_uint64, ctypes.c_uint64]
+
+        def launch(func, gx, gy, gz, bx, by, bz, shmem, stream, params):  # pragma: no cover
+            return c_launch(func, gx, gy, gz, bx, by, bz, shmem, stream, params, 0)
+
+        i64 = types.int64
+        return njit(types.int32(*([i64] * 10)), cache=False)(launch)
+    except Exception:  # no numba, or no libcuda under that name: the bindings path works
+        return None
 
 
 def raise_launch_error(err: Any, op: str) -> None:

@@ -46,7 +46,7 @@ class LaunchConfig:
     negative shared memory.
     """
 
-    __slots__ = ("block", "grid", "shared_mem_bytes", "threads_per_block")
+    __slots__ = ("block", "dims", "grid", "shared_mem_bytes", "threads_per_block")
 
     def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...],
                  shared_mem_bytes: int = 0) -> None:
@@ -68,6 +68,7 @@ class LaunchConfig:
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared_mem_bytes", shared_mem_bytes)
         object.__setattr__(self, "threads_per_block", threads)
+        object.__setattr__(self, "dims", (*g, *b, shared_mem_bytes))  # as the launcher takes
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("LaunchConfig is immutable")
@@ -129,8 +130,8 @@ class BoundLaunch:
     thread, after the session closed, and after a kernel fault.
     """
 
-    __slots__ = ("__weakref__", "_addr", "_block", "_bx", "_by", "_bz", "_gx", "_gy", "_gz",
-                 "_launch", "_session", "_shmem", "_sobj", "args", "config", "fn", "spans")
+    __slots__ = ("__weakref__", "_addr", "_block", "_dims", "_func", "_launch", "_name",
+                 "_session", "_stream", "args", "config", "fn", "spans")
 
     def __init__(self, session: Any, fn: Any, config: LaunchConfig, args: list | tuple,
                  op: str) -> None:
@@ -141,22 +142,22 @@ class BoundLaunch:
         self.args = list(args)
         self.spans = self._block.pack(self.args, session, op)
         self._addr = self._block.address
-        self._gx, self._gy, self._gz = config.grid
-        self._bx, self._by, self._bz = config.block
-        self._shmem = config.shared_mem_bytes
-        self._sobj = session._sobj
-        self._launch = _driver.raw_launch_kernel(fn.fobj)
+        self._func = fn.handle
+        self._dims = config.dims
+        self._stream = session._stream
+        self._name = fn.name
+        self._launch = _driver.launcher()
 
     def __call__(self) -> None:
         """Enqueue the launch on the session's stream."""
         s = self._session
         if not s._open or s._faulted or _get_ident() != s._thread:
             s._check_use("bound_launch")
-        err = self._launch(self._gx, self._gy, self._gz, self._bx, self._by, self._bz,
-                           self._shmem, self._sobj, self._addr)
+        gx, gy, gz, bx, by, bz, shmem = self._dims
+        err = self._launch(self._func, gx, gy, gz, bx, by, bz, shmem, self._stream, self._addr)
         if err:
             _driver.raise_launch_error(err, "bound_launch")
-        s._last.append(self.fn.name)
+        s._last.append(self._name)
         held = s._held
         held.append(self)
         if len(held) >= s._fence_every:

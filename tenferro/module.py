@@ -251,7 +251,6 @@ class Function:
         "checked_configs",
         "device_shared_optin",
         "dynamic_shared_limit",
-        "fobj",
         "handle",
         "max_threads_per_block",
         "module",
@@ -270,7 +269,6 @@ class Function:
         self.name = name
         self.handle = handle
         self.signature = sig
-        self.fobj = _driver.function_object(handle)
         self.block = ParamBlock(sig) if block is None else block
         self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")

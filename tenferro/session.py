@@ -116,6 +116,7 @@ class Session:
             _driver.set_current(self._prev_ctx)
             raise
         self._sobj = _driver.stream_object(self._stream)
+        self._launch = _driver.launcher()
         self._thread = threading.get_ident()
         self._open = True
         return self
@@ -495,8 +496,10 @@ class Session:
             self._check_use(op)
         block = fn.block
         spans = block.pack(args, self, op)
-        _driver.launch(fn.fobj, config.grid, config.block, config.shared_mem_bytes, self._sobj,
-                       block.address, op)
+        gx, gy, gz, bx, by, bz, shmem = config.dims
+        err = self._launch(fn.handle, gx, gy, gz, bx, by, bz, shmem, self._stream, block.address)
+        if err:
+            _driver.raise_launch_error(err, op)
         held = self._held
         held.append(spans)
         self._last.append(fn.name)
