@@ -215,6 +215,12 @@ def main() -> int:
                 return measure(lambda: empty4[(1,)](ta, tb, 7, 1.0), sync,
                                sustained=SUSTAINED // 4)
 
+        def njit_bare():
+            launch = _driver.launcher()
+            argv = (fn.handle, 1, 1, 1, 32, 1, 1, 0, stream, fn.block.address)
+            fn.block.pack(args, s, "bench")
+            return measure(lambda: launch(*argv), sync)
+
         def tf_launch():
             return measure(lambda: s.launch(fn, cfg, args), sync)
 
@@ -244,6 +250,7 @@ def main() -> int:
         record("CuPy RawKernel", cupy_raw)
         record("numba kernel[grid, block, stream]", numba_own)
         record("Triton", triton_jit)
+        record("tenferro launcher alone (njit)", njit_bare)
         record("tenferro s.launch", tf_launch)
         record("tenferro BoundLaunch()", tf_bound)
         record("tenferro numba kernel s.launch", tf_numba)

@@ -176,6 +176,11 @@ class ParamBlock:
         self._prev: tuple = ()
         self._prev_spans: list = []
 
+    def forget(self) -> None:
+        """Drop the remembered last arguments (the session calls this when it synchronizes)."""
+        self._prev = ()
+        self._prev_spans = []
+
     def fresh(self) -> ParamBlock:
         """A new, empty block for the same signature (for a bound launch of its own)."""
         return ParamBlock(self.sig)

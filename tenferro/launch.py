@@ -130,8 +130,8 @@ class BoundLaunch:
     thread, after the session closed, and after a kernel fault.
     """
 
-    __slots__ = ("__weakref__", "_addr", "_block", "_dims", "_func", "_launch", "_name",
-                 "_session", "_stream", "args", "config", "fn", "spans")
+    __slots__ = ("__weakref__", "_argv", "_block", "_launch", "_name", "_session", "args",
+                 "config", "fn", "spans")
 
     def __init__(self, session: Any, fn: Any, config: LaunchConfig, args: list | tuple,
                  op: str) -> None:
@@ -141,10 +141,7 @@ class BoundLaunch:
         self._block = fn.block.fresh()
         self.args = list(args)
         self.spans = self._block.pack(self.args, session, op)
-        self._addr = self._block.address
-        self._func = fn.handle
-        self._dims = config.dims
-        self._stream = session._stream
+        self._argv = (fn.handle, *config.dims, session._stream, self._block.address)
         self._name = fn.name
         self._launch = _driver.launcher()
 
@@ -153,8 +150,7 @@ class BoundLaunch:
         s = self._session
         if not s._open or s._faulted or _get_ident() != s._thread:
             s._check_use("bound_launch")
-        gx, gy, gz, bx, by, bz, shmem = self._dims
-        err = self._launch(self._func, gx, gy, gz, bx, by, bz, shmem, self._stream, self._addr)
+        err = self._launch(*self._argv)
         if err:
             _driver.raise_launch_error(err, "bound_launch")
         s._last.append(self._name)

@@ -247,11 +247,13 @@ class Function:
 
     __slots__ = (
         "__weakref__",
+        "argv",
         "block",
         "checked_configs",
         "device_shared_optin",
         "dynamic_shared_limit",
         "handle",
+        "last_config",
         "max_threads_per_block",
         "module",
         "name",
@@ -276,6 +278,13 @@ class Function:
         self.device_shared_optin = self.session.context.attribute(
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self.checked_configs: set = set()
+        # The launcher's arguments for the last config checked: (handle, grid, block, shared
+        # memory, stream, parameter block), rebuilt when the config object changes.
+        self.last_config: Any = None
+        self.argv: tuple = ()
+        caches = getattr(self.session, "_caches", None)
+        if caches is not None:
+            caches.append(self.block)  # the session makes it forget its last arguments at sync
 
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""

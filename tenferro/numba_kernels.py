@@ -190,6 +190,11 @@ class NumbaParamBlock:
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
 
+    def forget(self) -> None:
+        """Drop the remembered last arguments (the session calls this when it synchronizes)."""
+        self._prev = ()
+        self._prev_spans = []
+
     def fresh(self) -> NumbaParamBlock:
         """A new, empty block for the same kernel (for a bound launch of its own)."""
         return NumbaParamBlock(self.name, self.specs, self.sig, self.writes)
@@ -321,6 +326,11 @@ class NumbaKernel:
         self.name = name
         self.specializations: dict[tuple, Any] = {}
         self._last: tuple = ((), None)
+        session._caches.append(self)
+
+    def forget(self) -> None:
+        """Drop the remembered last arguments (the session calls this when it synchronizes)."""
+        self._last = ((), None)
 
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""

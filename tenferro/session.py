@@ -30,6 +30,7 @@ from .tensor import Tensor
 
 __all__ = ["FENCE_EVERY", "Session"]
 
+_get_ident = threading.get_ident
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
 
 
@@ -86,6 +87,7 @@ class Session:
         self._capturing = False
         self._deferred_frees: list[int] = []
         self._fence_every = FENCE_EVERY
+        self._caches: list = []  # argument caches of Functions and NumbaKernels, see synchronize
         self._resources = ResourceCache()
 
     # --- scope ---------------------------------------------------------------------------
@@ -138,6 +140,9 @@ class Session:
         self._held.clear()
         self._retained.clear()
         self._resources.clear()
+        for c in self._caches:
+            c.forget()
+        self._caches.clear()
         for ev, _ in self._fences:
             self._spare_events.append(ev)
         self._fences.clear()
@@ -468,6 +473,9 @@ class Session:
         if config not in fn.checked_configs:
             check_against(config, fn, op)
             fn.checked_configs.add(config)
+        if fn.last_config is not config:
+            fn.last_config = config
+            fn.argv = (fn.handle, *config.dims, self._stream, fn.block.address)
         return fn
 
     def numba_kernel(self, kernel: Any, signature: Any = None) -> Function | NumbaKernel:
@@ -489,15 +497,12 @@ class Session:
                args: list | tuple) -> None:
         """Check and enqueue one launch on the session's stream; only enqueues."""
         op = "session.launch"
-        if type(fn) is not Function or fn.session is not self or \
-                type(config) is not LaunchConfig or config not in fn.checked_configs:
+        if fn.__class__ is not Function or fn.session is not self or config is not fn.last_config:
             fn = self._launchable(fn, config, args, op)
-        elif not self._open or self._faulted or threading.get_ident() != self._thread:
+        elif not self._open or self._faulted or _get_ident() != self._thread:
             self._check_use(op)
-        block = fn.block
-        spans = block.pack(args, self, op)
-        gx, gy, gz, bx, by, bz, shmem = config.dims
-        err = self._launch(fn.handle, gx, gy, gz, bx, by, bz, shmem, self._stream, block.address)
+        spans = fn.block.pack(args, self, op)
+        err = self._launch(*fn.argv)
         if err:
             _driver.raise_launch_error(err, op)
         held = self._held
@@ -561,6 +566,8 @@ class Session:
             raise KernelFault(f"{exc}; last launches: {list(self._last)}", exc.result_name,
                               exc.result_code, tuple(self._last)) from None
         self._held.clear()
+        for c in self._caches:
+            c.forget()
         while self._fences:
             self._spare_events.append(self._fences.popleft()[0])
 
