@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -72,28 +73,50 @@ int main() {
 '''
 
 
-def measure(launch, sync, batch=BATCH, batches=BATCHES, sustained=SUSTAINED, per_call=1):
-    """(median us per launch over batches, sustained us per launch)."""
-    for _ in range(3):
-        for _ in range(batch):
-            launch()
+class Method:
+    """One way to launch: ``go()`` enqueues ``per_call`` launches."""
+
+    def __init__(self, name, go, per_call=1, batch=BATCH, sustained=SUSTAINED):
+        self.name, self.go, self.per_call, self.batch = name, go, per_call, batch
+        self.sustained = sustained
+        self.per = []
+
+
+def run_interleaved(methods, sync, rounds=BATCHES, seed=0):
+    """Time one batch of every method per round, in a shuffled order each round.
+
+    Interleaving puts every method under the same machine conditions (clocks, other load), so
+    the ratios of one run compare like with like. Returns {name: (median us, sustained us)}.
+    """
+    rng = random.Random(seed)
+    for m in methods:
+        for _ in range(3):
+            for _ in range(m.batch):
+                m.go()
+            sync()
+    order = list(methods)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for m in order:
+            sync()
+            go = m.go
+            t0 = time.perf_counter()
+            for _ in range(m.batch):
+                go()
+            t1 = time.perf_counter()
+            m.per.append((t1 - t0) / (m.batch * m.per_call) * 1e6)
+    out = {}
+    for m in methods:
         sync()
-    per = []
-    for _ in range(batches):
-        sync()
+        n = m.sustained // m.per_call
+        go = m.go
         t0 = time.perf_counter()
-        for _ in range(batch):
-            launch()
+        for _ in range(n):
+            go()
+        sync()
         t1 = time.perf_counter()
-        per.append((t1 - t0) / (batch * per_call) * 1e6)
-    sync()
-    n = sustained // per_call
-    t0 = time.perf_counter()
-    for _ in range(n):
-        launch()
-    sync()
-    t1 = time.perf_counter()
-    return statistics.median(per), (t1 - t0) / (n * per_call) * 1e6
+        out[m.name] = (statistics.median(m.per), (t1 - t0) / (n * m.per_call) * 1e6)
+    return out
 
 
 def cpp_floor():
@@ -121,17 +144,22 @@ def main() -> int:
     results: dict[str, dict] = {}
     skipped: dict[str, str] = {}
 
-    def record(name, fn):
+    methods: list[Method] = []
+
+    def setup(name, fn):
         try:
-            med, sus = fn()
+            go, kw = fn()
         except Exception as exc:  # an anchor missing on this machine is reported, not fatal
             skipped[name] = f"{type(exc).__name__}: {exc}"
-            print(f"{name:<34} skipped: {skipped[name]}")
+            print(f"{name:<36} skipped: {skipped[name]}")
             return
-        results[name] = {"median_us": med, "sustained_us": sus}
-        print(f"{name:<34} {med:8.2f} us   sustained {sus:8.2f} us")
+        methods.append(Method(name, go, **kw))
 
-    record("C++ <<<>>> (nvcc)", cpp_floor)
+    floors = []
+    try:
+        floors.append(cpp_floor())
+    except Exception as exc:
+        skipped["C++ <<<>>> (nvcc)"] = f"{type(exc).__name__}: {exc}"
 
     with tf.Session(device=0) as s:
         stream = s.stream_handle
@@ -154,7 +182,7 @@ def main() -> int:
 
             def go():
                 launch_kernel(f, 1, 1, 1, 32, 1, 1, 0, st, addr, 0)
-            return measure(go, sync)
+            return go, {}
 
         def cuda_core():
             try:
@@ -175,7 +203,7 @@ def main() -> int:
 
             def go():
                 launch(cst, conf, kern, *kargs)
-            return measure(go, sync)
+            return go, {}
 
         def cupy_raw():
             import cupy as cp
@@ -183,10 +211,9 @@ def main() -> int:
             kern = cp.RawKernel(SRC, "empty4")
             ca = cp.zeros(256, cp.float32)
             cb = cp.zeros(256, cp.float32)
-            ext = cp.cuda.ExternalStream(stream)
+            cp.cuda.ExternalStream(stream).use()  # cupy's current stream from here on
             kargs = (ca, cb, np.uint32(7), np.float32(1.0))
-            with ext:
-                return measure(lambda: kern((1,), (32,), kargs), sync)
+            return (lambda: kern((1,), (32,), kargs)), {}
 
         def numba_own():
             from numba import cuda
@@ -198,8 +225,8 @@ def main() -> int:
             na, nb = cuda.device_array(256, np.float32), cuda.device_array(256, np.float32)
             nst = cuda.external_stream(stream)
             k = empty4[1, 32, nst]
-            return measure(lambda: k(na, nb, np.uint32(7), np.float32(1.0)), sync,
-                           sustained=SUSTAINED // 4)
+            return (lambda: k(na, nb, np.uint32(7), np.float32(1.0))), {
+                "sustained": SUSTAINED // 4}
 
         def triton_jit():
             import torch
@@ -211,22 +238,21 @@ def main() -> int:
 
             ta = torch.zeros(256, device="cuda")
             tb = torch.zeros(256, device="cuda")
-            with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-                return measure(lambda: empty4[(1,)](ta, tb, 7, 1.0), sync,
-                               sustained=SUSTAINED // 4)
+            torch.cuda.set_stream(torch.cuda.ExternalStream(stream))
+            return (lambda: empty4[(1,)](ta, tb, 7, 1.0)), {"sustained": SUSTAINED // 4}
 
         def njit_bare():
             launch = _driver.launcher()
             argv = (fn.handle, 1, 1, 1, 32, 1, 1, 0, stream, fn.block.address)
             fn.block.pack(args, s, "bench")
-            return measure(lambda: launch(*argv), sync)
+            return (lambda: launch(*argv)), {}
 
         def tf_launch():
-            return measure(lambda: s.launch(fn, cfg, args), sync)
+            return (lambda: s.launch(fn, cfg, args)), {}
 
         def tf_bound():
             bound = s.bind(fn, cfg, args)
-            return measure(bound, sync)
+            return bound, {}
 
         def tf_numba():
             from numba import cuda
@@ -236,25 +262,27 @@ def main() -> int:
 
             nk = s.numba_kernel(cuda.jit(empty4), "void(float32[::1], float32[::1], uint32, "
                                 "float32)")
-            return measure(lambda: s.launch(nk, cfg, args), sync)
+            return (lambda: s.launch(nk, cfg, args)), {}
 
         def tf_graph():
             with s.capture() as cap:
                 for _ in range(100):
                     s.launch(fn, cfg, args)
             g = cap.graph
-            return measure(g.launch, sync, batch=20, sustained=SUSTAINED, per_call=100)
+            return g.launch, {"batch": 20, "per_call": 100}
 
-        record("cuda.bindings pre-packed", bindings_prepacked)
-        record("cuda.core launch", cuda_core)
-        record("CuPy RawKernel", cupy_raw)
-        record("numba kernel[grid, block, stream]", numba_own)
-        record("Triton", triton_jit)
-        record("tenferro launcher alone (njit)", njit_bare)
-        record("tenferro s.launch", tf_launch)
-        record("tenferro BoundLaunch()", tf_bound)
-        record("tenferro numba kernel s.launch", tf_numba)
-        record("tenferro graph replay (per kernel)", tf_graph)
+        setup("cuda.bindings pre-packed", bindings_prepacked)
+        setup("cuda.core launch", cuda_core)
+        setup("CuPy RawKernel", cupy_raw)
+        setup("numba kernel[grid, block, stream]", numba_own)
+        setup("Triton", triton_jit)
+        setup("tenferro launcher alone (njit)", njit_bare)
+        setup("tenferro s.launch", tf_launch)
+        setup("tenferro BoundLaunch()", tf_bound)
+        setup("tenferro numba kernel s.launch", tf_numba)
+        setup("tenferro graph replay (per kernel)", tf_graph)
+        for name, (med, sus) in run_interleaved(methods, sync).items():
+            results[name] = {"median_us": med, "sustained_us": sus}
 
         print("\nstill refused on the fast paths:")
         bad = [s.tensor_mut(a), s.tensor(b), tf.u32(7), tf.f64(1.0)]
@@ -284,15 +312,25 @@ def main() -> int:
             s.synchronize()
             pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
+    try:
+        floors.append(cpp_floor())  # again after: the floor brackets the Python measurements
+    except Exception:
+        pass
+    if floors:
+        results = {"C++ <<<>>> (nvcc)": {
+            "median_us": statistics.mean(f[0] for f in floors),
+            "sustained_us": statistics.mean(f[1] for f in floors),
+            "runs": [list(f) for f in floors]}, **results}
     core = results.get("cuda.core launch", {}).get("median_us")
     floor = results.get("C++ <<<>>> (nvcc)", {}).get("median_us")
-    print(f"\n{'method':<34} {'median us':>10} {'x cuda.core':>12} {'x C++':>8}")
+    print(f"\n{'method':<36} {'median us':>10} {'sustained':>10} {'x cuda.core':>12} "
+          f"{'x C++':>8}")
     for name, r in results.items():
         rc = f"{r['median_us'] / core:.2f}" if core else "-"
         rf = f"{r['median_us'] / floor:.2f}" if floor else "-"
         r["x_cuda_core"] = r["median_us"] / core if core else None
         r["x_cpp"] = r["median_us"] / floor if floor else None
-        print(f"{name:<34} {r['median_us']:10.2f} {rc:>12} {rf:>8}")
+        print(f"{name:<36} {r['median_us']:10.2f} {r['sustained_us']:10.2f} {rc:>12} {rf:>8}")
     if ns.json:
         import numba_cuda
 

@@ -370,9 +370,15 @@ class Session:
             raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies "
                                   "it to the device")
         if hasattr(x, "__cuda_array_interface__"):
-            f = read_cai(x, op)
+            has_dlpack = hasattr(x, "__dlpack__")
+            try:
+                f = read_cai(x, op)
+            except ValidationError:
+                if not has_dlpack:  # torch's CAI cannot spell bfloat16 ("<V2"); DLPack can
+                    raise
+                f = None
             # CAI v2 (torch) says nothing of the producer's stream; DLPack orders it for us.
-            if f.ordered or not hasattr(x, "__dlpack__"):
+            if f is not None and (f.ordered or not has_dlpack):
                 return f
         if hasattr(x, "__dlpack__"):
             self._refuse_in_capture(op, "a DLPack producer would order itself on the capturing "
