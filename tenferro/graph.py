@@ -89,6 +89,7 @@ class Capture:
         self._saved_held = s._held
         s._held = []
         s._capturing = True
+        s._fast = False  # every captured launch goes where its owners are collected
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -97,6 +98,7 @@ class Capture:
         owners = s._held
         s._held = self._saved_held
         s._capturing = False
+        s._fast = s._open and not s._faulted
         try:
             graph = _driver.capture_end(s._stream, op)
         except BackendError as end_exc:

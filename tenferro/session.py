@@ -10,6 +10,7 @@ host barrier) drops them all.
 from __future__ import annotations
 
 import collections
+import operator
 import threading
 from typing import Any
 
@@ -31,6 +32,7 @@ from .tensor import Tensor
 __all__ = ["FENCE_EVERY", "Session"]
 
 _get_ident = threading.get_ident
+_is = operator.is_
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
 
 
@@ -84,6 +86,7 @@ class Session:
         self._retained: list = []
         self._last: collections.deque[str] = collections.deque(maxlen=8)
         self._faulted = False
+        self._fast = False  # open, not faulted, not capturing: the launch fast path may run
         self._capturing = False
         self._deferred_frees: list[int] = []
         self._fence_every = FENCE_EVERY
@@ -121,6 +124,7 @@ class Session:
         self._launch = _driver.launcher()
         self._thread = threading.get_ident()
         self._open = True
+        self._fast = True
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -137,6 +141,7 @@ class Session:
 
     def _close(self) -> None:
         self._open = False
+        self._fast = False
         self._held.clear()
         self._retained.clear()
         self._resources.clear()
@@ -501,18 +506,47 @@ class Session:
 
     def launch(self, fn: Function | NumbaKernel, config: LaunchConfig,
                args: list | tuple) -> None:
-        """Check and enqueue one launch on the session's stream; only enqueues."""
+        """Check and enqueue one launch on the session's stream; only enqueues.
+
+        Every check of the design runs, but what has been checked is not checked twice: the
+        config is remembered per Function, and arguments that are the very objects of the
+        Function's previous launch are already checked and packed (and are held by it until
+        they are replaced, when the session holds them until the stream passes, or the next
+        synchronize).
+        """
+        if fn.__class__ is not Function or fn.session is not self or \
+                config is not fn.last_config or not self._fast or _get_ident() != self._thread:
+            self._launch_checked(fn, config, args)
+            return
+        block = fn.block
+        prev = block._prev
+        if len(args) != len(prev) or not all(map(_is, args, prev)):
+            replaced = block._prev_spans
+            block.pack(args, self, "session.launch")
+            if replaced:  # the previous launch may still be running: hold what it used
+                held = self._held
+                held.append(replaced)
+                if len(held) >= self._fence_every:
+                    self._fence()
+        err = self._launch(*fn.argv)
+        if err:
+            _driver.raise_launch_error(err, "session.launch")
+        self._last.append(fn.name)
+
+    def _launch_checked(self, fn: Any, config: Any, args: list | tuple) -> None:
+        """`launch` when anything is new: a function, a config, a capture, another thread."""
         op = "session.launch"
-        if fn.__class__ is not Function or fn.session is not self or config is not fn.last_config:
-            fn = self._launchable(fn, config, args, op)
-        elif not self._open or self._faulted or _get_ident() != self._thread:
-            self._check_use(op)
-        spans = fn.block.pack(args, self, op)
+        fn = self._launchable(fn, config, args, op)
+        block = fn.block
+        replaced = block._prev_spans
+        spans = block.pack(args, self, op)
         err = self._launch(*fn.argv)
         if err:
             _driver.raise_launch_error(err, op)
         held = self._held
-        held.append(spans)
+        if replaced and replaced is not spans:
+            held.append(replaced)
+        held.append(spans)  # always: a capture's graph takes its owners from here
         self._last.append(fn.name)
         if len(held) >= self._fence_every:
             self._fence()
@@ -569,6 +603,7 @@ class Session:
             _driver.stream_synchronize(self._stream, op)
         except KernelFault as exc:
             self._faulted = True
+            self._fast = False
             raise KernelFault(f"{exc}; last launches: {list(self._last)}", exc.result_name,
                               exc.result_code, tuple(self._last)) from None
         self._held.clear()

@@ -194,16 +194,21 @@ def test_foreign_owner_is_held_until_the_stream_passes(session, cai):
 def test_long_loops_do_not_hold_everything_forever(session):
     fn = session.compile(AXPY).function("axpy")
     y = session.alloc_zeros(256, np.float32)
-    x = session.alloc_zeros(256, np.float32)
-    ym, xr = session.tensor_mut(y), session.tensor(x)
-    for _ in range(tf.session.FENCE_EVERY * 4):
-        session.launch(fn, tf.LaunchConfig.flat(256), [ym, xr, tf.f32(1.0), tf.u32(256)])
-    assert len(session._held) < tf.session.FENCE_EVERY
+    xs = [session.tensor(session.alloc_zeros(256, np.float32)) for _ in range(2)]
+    ym = session.tensor_mut(y)
+    arglists = [[ym, x, tf.f32(1.0), tf.u32(256)] for x in xs]
+    for i in range(tf.session.FENCE_EVERY * 4):  # alternating: every launch replaces the last
+        session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
+    assert 0 < len(session._held) < tf.session.FENCE_EVERY
     _driver.stream_synchronize(session._stream, "test")
-    session.launch(fn, tf.LaunchConfig.flat(256), [ym, xr, tf.f32(1.0), tf.u32(256)])
-    for _ in range(tf.session.FENCE_EVERY):
-        session.launch(fn, tf.LaunchConfig.flat(256), [ym, xr, tf.f32(1.0), tf.u32(256)])
+    for i in range(tf.session.FENCE_EVERY + 1):
+        session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
     assert len(session._fences) <= 2  # the fences the GPU had passed were retired
+    same = arglists[0]
+    session.synchronize()
+    for _ in range(tf.session.FENCE_EVERY * 2):  # the very same arguments: nothing piles up
+        session.launch(fn, tf.LaunchConfig.flat(256), same)
+    assert len(session._held) <= 1 and not session._fences
 
 
 @pytest.mark.gpu
