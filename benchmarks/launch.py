@@ -243,9 +243,10 @@ def main() -> int:
 
         def njit_bare():
             launch = _driver.launcher()
-            argv = (fn.handle, 1, 1, 1, 32, 1, 1, 0, stream, fn.block.address)
             fn.block.pack(args, s, "bench")
-            return (lambda: launch(*argv)), {}
+            rec = _driver.LaunchRecord(fn.handle, cfg.dims, stream, fn.block.address)
+            addr = rec.address
+            return (lambda: launch(addr)), {}
 
         def tf_launch():
             return (lambda: s.launch(fn, cfg, args)), {}

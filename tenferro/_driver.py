@@ -451,14 +451,29 @@ def graph_launch(exec_obj: Any, sobj: Any, op: str) -> None:
 _launcher: Any = None
 
 
-def launcher() -> Any:
-    """The process's kernel launcher: ``f(func, gx, gy, gz, bx, by, bz, shmem, stream, params)``.
+class LaunchRecord:
+    """One launch's driver arguments in ten native words, which the launcher reads itself.
 
-    Handles and the parameter-array address are ints; it returns the raw CUresult as an int
-    (0 on success), so the hot path tests an int and `raise_launch_error` makes the exception.
-    It is a numba ``@njit`` function calling libcuda's ``cuLaunchKernel`` through its C entry
-    point, which leaves the interpreter one cheap call (compiled once a process, on first use);
-    with ``TENFERRO_FAST_LAUNCH=0`` or where that cannot be built, it is the cuda.bindings call.
+    (function, grid x/y/z, block x/y/z, dynamic shared bytes, stream, parameter-array address),
+    written once; `address` is what the launcher takes, so the hot call passes a single int.
+    """
+
+    __slots__ = ("_words", "address")
+
+    def __init__(self, func: int, dims: tuple, stream: int, params: int) -> None:
+        import ctypes
+
+        self._words = (ctypes.c_uint64 * 10)(func, *dims, stream, params)
+        self.address = ctypes.addressof(self._words)
+
+
+def launcher() -> Any:
+    """The process's kernel launcher: ``f(record_address) -> CUresult as int`` (0: success).
+
+    It is a numba ``@njit`` function that reads a `LaunchRecord` and calls libcuda's
+    ``cuLaunchKernel`` through its C entry point, so the interpreter makes one call with one
+    int (compiled once a process, on first use). With ``TENFERRO_FAST_LAUNCH=0``, or where it
+    cannot be built, it is the cuda.bindings call. `raise_launch_error` makes the exception.
     """
     global _launcher
     if _launcher is None:
@@ -466,10 +481,12 @@ def launcher() -> Any:
     return _launcher
 
 
-def _bindings_launcher(func: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-                       shmem: int, stream: int, params: int) -> int:
-    return int(_launch_kernel(_cu.CUfunction(func), gx, gy, gz, bx, by, bz, shmem,
-                              _cu.CUstream(stream), params, 0)[0])
+def _bindings_launcher(record: int) -> int:
+    import ctypes
+
+    w = (ctypes.c_uint64 * 10).from_address(record)
+    return int(_launch_kernel(_cu.CUfunction(w[0]), w[1], w[2], w[3], w[4], w[5], w[6], w[7],
+                              _cu.CUstream(w[8]), w[9], 0)[0])
 
 
 def _make_njit_launcher() -> Any:
@@ -479,6 +496,7 @@ def _make_njit_launcher() -> Any:
         import ctypes
 
         from numba import njit, types
+        from numba.core.extending import intrinsic
 
         lib = ctypes.CDLL("libcuda.so.1")
         c_launch = lib.cuLaunchKernel
@@ -486,11 +504,20 @@ def _make_njit_launcher() -> Any:
         c_launch.argtypes = [ctypes.c_uint64, *([ctypes.c_uint] * 7), ctypes.c_uint64,
                              ctypes.c_uint64, ctypes.c_uint64]
 
-        def launch(func, gx, gy, gz, bx, by, bz, shmem, stream, params):  # pragma: no cover
-            return c_launch(func, gx, gy, gz, bx, by, bz, shmem, stream, params, 0)
+        @intrinsic
+        def words(typingctx, addr):  # pragma: no cover - compiled by numba
+            sig = types.CPointer(types.uint64)(types.int64)
 
-        i64 = types.int64
-        return njit(types.int32(*([i64] * 10)), cache=False)(launch)
+            def codegen(context, builder, signature, args):
+                return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+            return sig, codegen
+
+        def launch(record):  # pragma: no cover - compiled by numba
+            w = words(record)
+            return c_launch(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], 0)
+
+        return njit(types.int32(types.int64), cache=False)(launch)
     except Exception:  # no numba, or no libcuda under that name: the bindings path works
         return None
 

@@ -130,8 +130,19 @@ class BoundLaunch:
     thread, after the session closed, and after a kernel fault.
     """
 
-    __slots__ = ("__weakref__", "_argv", "_block", "_launch", "_name", "_session", "args",
-                 "config", "fn", "spans")
+    __slots__ = (
+        "__weakref__",
+        "_block",
+        "_launch",
+        "_name",
+        "_record",
+        "_record_address",
+        "_session",
+        "args",
+        "config",
+        "fn",
+        "spans",
+    )
 
     def __init__(self, session: Any, fn: Any, config: LaunchConfig, args: list | tuple,
                  op: str) -> None:
@@ -141,7 +152,9 @@ class BoundLaunch:
         self._block = fn.block.fresh()
         self.args = list(args)
         self.spans = self._block.pack(self.args, session, op)
-        self._argv = (fn.handle, *config.dims, session._stream, self._block.address)
+        self._record = _driver.LaunchRecord(fn.handle, config.dims, session._stream,
+                                            self._block.address)
+        self._record_address = self._record.address
         self._name = fn.name
         self._launch = _driver.launcher()
 
@@ -150,7 +163,7 @@ class BoundLaunch:
         s = self._session
         if not s._open or s._faulted or _get_ident() != s._thread:
             s._check_use("bound_launch")
-        err = self._launch(*self._argv)
+        err = self._launch(self._record_address)
         if err:
             _driver.raise_launch_error(err, "bound_launch")
         s._last.append(self._name)

@@ -247,7 +247,6 @@ class Function:
 
     __slots__ = (
         "__weakref__",
-        "argv",
         "block",
         "checked_configs",
         "device_shared_optin",
@@ -257,6 +256,8 @@ class Function:
         "max_threads_per_block",
         "module",
         "name",
+        "record",
+        "record_address",
         "session",
         "signature",
         "static_shared_bytes",
@@ -278,10 +279,11 @@ class Function:
         self.device_shared_optin = self.session.context.attribute(
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self.checked_configs: set = set()
-        # The launcher's arguments for the last config checked: (handle, grid, block, shared
-        # memory, stream, parameter block), rebuilt when the config object changes.
+        # The launcher's record for the last config checked (handle, grid, block, shared
+        # memory, stream, parameter block) and its address, rebuilt when the config changes.
         self.last_config: Any = None
-        self.argv: tuple = ()
+        self.record: Any = None
+        self.record_address: int = 0
         caches = getattr(self.session, "_caches", None)
         if caches is not None:
             caches.append(self.block)  # the session makes it forget its last arguments at sync

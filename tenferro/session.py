@@ -486,7 +486,9 @@ class Session:
             fn.checked_configs.add(config)
         if fn.last_config is not config:
             fn.last_config = config
-            fn.argv = (fn.handle, *config.dims, self._stream, fn.block.address)
+            fn.record = _driver.LaunchRecord(fn.handle, config.dims, self._stream,
+                                             fn.block.address)
+            fn.record_address = fn.record.address
         return fn
 
     def numba_kernel(self, kernel: Any, signature: Any = None) -> Function | NumbaKernel:
@@ -528,7 +530,7 @@ class Session:
                 held.append(replaced)
                 if len(held) >= self._fence_every:
                     self._fence()
-        err = self._launch(*fn.argv)
+        err = self._launch(fn.record_address)
         if err:
             _driver.raise_launch_error(err, "session.launch")
         self._last.append(fn.name)
@@ -540,7 +542,7 @@ class Session:
         block = fn.block
         replaced = block._prev_spans
         spans = block.pack(args, self, op)
-        err = self._launch(*fn.argv)
+        err = self._launch(fn.record_address)
         if err:
             _driver.raise_launch_error(err, op)
         held = self._held
