@@ -7,7 +7,9 @@ The kernel takes (float* a, const float* b, unsigned n, float x) and does nothin
 of BATCH launches (a batch is timed from the first enqueue to the last, the queue is drained
 between batches, so it never fills), and the sustained rate over SUSTAINED back-to-back
 launches including the final synchronize. Every ratio is given against cuda.core ``launch`` and
-against the C++ ``<<<>>>`` floor measured by a small nvcc-built program in the same run.
+against the C++ ``<<<>>>`` floor: an nvcc-built shared library called through ctypes, timed in
+C++ on the same stream. The methods are interleaved: each round times one batch of every
+method, in a shuffled order, so all of them see the same machine conditions.
 The tenferro fast paths are then shown still refusing a wrong argument.
 """
 
@@ -39,36 +41,26 @@ extern "C" __global__ void empty4(float* a, const float* b, unsigned n, float x)
 BATCH, BATCHES, SUSTAINED = 200, 60, 20000
 
 CPP = r'''
-#include <cstdio>
-#include <vector>
-#include <algorithm>
 #include <chrono>
 #include <cuda_runtime.h>
 __global__ void empty4(float* a, const float* b, unsigned n, float x) {}
-int main() {
-    cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    float *a, *b; cudaMalloc(&a, 1024); cudaMalloc(&b, 1024);
-    const int batch = BATCH_, batches = BATCHES_;
-    std::vector<double> per;
-    for (int w = 0; w < 3; ++w) {
-        for (int i = 0; i < batch; ++i) empty4<<<1, 32, 0, s>>>(a, b, 7u, 1.f);
-        cudaStreamSynchronize(s);
-    }
-    for (int k = 0; k < batches; ++k) {
-        cudaStreamSynchronize(s);
-        auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < batch; ++i) empty4<<<1, 32, 0, s>>>(a, b, 7u, 1.f);
-        auto t1 = std::chrono::steady_clock::now();
-        per.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
-    }
-    std::sort(per.begin(), per.end());
+// Microseconds per launch of n <<<>>> launches on `stream`, timed in C++ (enqueue only).
+extern "C" double floor_batch(void* stream, int n, float* a, const float* b) {
+    cudaStream_t s = (cudaStream_t)stream;
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < SUSTAINED_; ++i) empty4<<<1, 32, 0, s>>>(a, b, 7u, 1.f);
+    for (int i = 0; i < n; ++i) empty4<<<1, 32, 0, s>>>(a, b, 7u, 1.f);
+    auto t1 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
+}
+// The same, back to back, including the final synchronize.
+extern "C" double floor_sustained(void* stream, int n, float* a, const float* b) {
+    cudaStream_t s = (cudaStream_t)stream;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) empty4<<<1, 32, 0, s>>>(a, b, 7u, 1.f);
     cudaStreamSynchronize(s);
     auto t1 = std::chrono::steady_clock::now();
-    printf("%.4f %.4f\n", per[per.size() / 2],
-           std::chrono::duration<double, std::micro>(t1 - t0).count() / SUSTAINED_);
-    return cudaGetLastError() != cudaSuccess;
+    return cudaGetLastError() == cudaSuccess
+        ? std::chrono::duration<double, std::micro>(t1 - t0).count() / n : -1.0;
 }
 '''
 
@@ -76,9 +68,11 @@ int main() {
 class Method:
     """One way to launch: ``go()`` enqueues ``per_call`` launches."""
 
-    def __init__(self, name, go, per_call=1, batch=BATCH, sustained=SUSTAINED):
+    def __init__(self, name, go, per_call=1, batch=BATCH, sustained=SUSTAINED, timed=None,
+                 timed_sustained=None):
         self.name, self.go, self.per_call, self.batch = name, go, per_call, batch
         self.sustained = sustained
+        self.timed, self.timed_sustained = timed, timed_sustained  # C-timed methods
         self.per = []
 
 
@@ -91,14 +85,20 @@ def run_interleaved(methods, sync, rounds=BATCHES, seed=0):
     rng = random.Random(seed)
     for m in methods:
         for _ in range(3):
-            for _ in range(m.batch):
-                m.go()
+            if m.timed is not None:
+                m.timed(m.batch)
+            else:
+                for _ in range(m.batch):
+                    m.go()
             sync()
     order = list(methods)
     for _ in range(rounds):
         rng.shuffle(order)
         for m in order:
             sync()
+            if m.timed is not None:
+                m.per.append(m.timed(m.batch))
+                continue
             go = m.go
             t0 = time.perf_counter()
             for _ in range(m.batch):
@@ -109,6 +109,9 @@ def run_interleaved(methods, sync, rounds=BATCHES, seed=0):
     for m in methods:
         sync()
         n = m.sustained // m.per_call
+        if m.timed_sustained is not None:
+            out[m.name] = (statistics.median(m.per), m.timed_sustained(n))
+            continue
         go = m.go
         t0 = time.perf_counter()
         for _ in range(n):
@@ -119,21 +122,24 @@ def run_interleaved(methods, sync, rounds=BATCHES, seed=0):
     return out
 
 
-def cpp_floor():
+def build_floor_library(directory):
+    """Build the C++ floor as a shared library with nvcc; its launches go on our stream."""
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
                                     if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         raise RuntimeError("nvcc not found")
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "floor.cu")
-        with open(src, "w") as f:
-            f.write(CPP.replace("BATCH_", str(BATCH)).replace("BATCHES_", str(BATCHES))
-                    .replace("SUSTAINED_", str(SUSTAINED)))
-        exe = os.path.join(d, "floor")
-        subprocess.run([nvcc, "-O2", "-arch=sm_90", src, "-o", exe], check=True,
-                       capture_output=True)
-        out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split()
-    return float(out[0]), float(out[1])
+    src = os.path.join(directory, "floor.cu")
+    with open(src, "w") as f:
+        f.write(CPP)
+    so = os.path.join(directory, "libfloor.so")
+    subprocess.run([nvcc, "-O2", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", src, "-o", so],
+                   check=True, capture_output=True)
+    lib = ctypes.CDLL(so)
+    for name in ("floor_batch", "floor_sustained"):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_double
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    return lib
 
 
 def main() -> int:
@@ -155,13 +161,7 @@ def main() -> int:
             return
         methods.append(Method(name, go, **kw))
 
-    floors = []
-    try:
-        floors.append(cpp_floor())
-    except Exception as exc:
-        skipped["C++ <<<>>> (nvcc)"] = f"{type(exc).__name__}: {exc}"
-
-    with tf.Session(device=0) as s:
+    with tf.Session(device=0) as s, tempfile.TemporaryDirectory() as tmpdir:
         stream = s.stream_handle
         sync = s.synchronize
         mod = s.compile(SRC)
@@ -169,6 +169,12 @@ def main() -> int:
         a, b = s.alloc_zeros(256, np.float32), s.alloc_zeros(256, np.float32)
         cfg = tf.LaunchConfig(1, 32)
         args = [s.tensor_mut(a), s.tensor(b), tf.u32(7), tf.f32(1.0)]
+
+        def cpp_floor():
+            lib = build_floor_library(tmpdir)
+            batch = lambda n: lib.floor_batch(stream, n, a.ptr, b.ptr)  # noqa: E731
+            sustained = lambda n: lib.floor_sustained(stream, n, a.ptr, b.ptr)  # noqa: E731
+            return None, {"timed": batch, "timed_sustained": sustained}
 
         def bindings_prepacked():
             from cuda.bindings import driver as cu
@@ -272,6 +278,7 @@ def main() -> int:
             g = cap.graph
             return g.launch, {"batch": 20, "per_call": 100}
 
+        setup("C++ <<<>>> (nvcc)", cpp_floor)
         setup("cuda.bindings pre-packed", bindings_prepacked)
         setup("cuda.core launch", cuda_core)
         setup("CuPy RawKernel", cupy_raw)
@@ -313,15 +320,6 @@ def main() -> int:
             s.synchronize()
             pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
-    try:
-        floors.append(cpp_floor())  # again after: the floor brackets the Python measurements
-    except Exception:
-        pass
-    if floors:
-        results = {"C++ <<<>>> (nvcc)": {
-            "median_us": statistics.mean(f[0] for f in floors),
-            "sustained_us": statistics.mean(f[1] for f in floors),
-            "runs": [list(f) for f in floors]}, **results}
     core = results.get("cuda.core launch", {}).get("median_us")
     floor = results.get("C++ <<<>>> (nvcc)", {}).get("median_us")
     print(f"\n{'method':<36} {'median us':>10} {'sustained':>10} {'x cuda.core':>12} "

@@ -133,6 +133,7 @@ class BoundLaunch:
     __slots__ = (
         "__weakref__",
         "_block",
+        "_in_held",
         "_launch",
         "_name",
         "_record",
@@ -157,20 +158,30 @@ class BoundLaunch:
         self._record_address = self._record.address
         self._name = fn.name
         self._launch = _driver.launcher()
+        self._in_held = False  # True while the session's current holds list has it
 
     def __call__(self) -> None:
         """Enqueue the launch on the session's stream."""
         s = self._session
-        if not s._open or s._faulted or _get_ident() != s._thread:
-            s._check_use("bound_launch")
+        if not s._fast or _get_ident() != s._thread:
+            self._call_checked()
+            return
         err = self._launch(self._record_address)
         if err:
             _driver.raise_launch_error(err, "bound_launch")
         s._last.append(self._name)
-        held = s._held
-        held.append(self)
-        if len(held) >= s._fence_every:
-            s._fence()
+        if not self._in_held:  # once per holds list: the session resets it when it lets go
+            self._in_held = True
+            s._hold(self)
+
+    def _call_checked(self) -> None:
+        s = self._session
+        s._check_use("bound_launch")
+        err = self._launch(self._record_address)
+        if err:
+            _driver.raise_launch_error(err, "bound_launch")
+        s._last.append(self._name)
+        s._hold(self)  # always: during a capture the graph takes its owners from the holds
 
     def update(self, index: int, arg: Any) -> None:
         """Replace argument ``index``; only that slot is checked (and overlaps against the rest)."""

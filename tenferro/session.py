@@ -31,6 +31,13 @@ from .tensor import Tensor
 
 __all__ = ["FENCE_EVERY", "Session"]
 
+
+def _unflag(held: list) -> None:
+    """Tell the bound launches in a holds list that it is no longer the session's current one."""
+    for obj in held:
+        if obj.__class__ is BoundLaunch:
+            obj._in_held = False
+
 _get_ident = threading.get_ident
 _is = operator.is_
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
@@ -142,6 +149,7 @@ class Session:
     def _close(self) -> None:
         self._open = False
         self._fast = False
+        _unflag(self._held)
         self._held.clear()
         self._retained.clear()
         self._resources.clear()
@@ -214,11 +222,19 @@ class Session:
             return
         ev = self._spare_events.pop() if self._spare_events else _driver.event_create()
         _driver.event_record(ev, self._stream, "session.launch")
+        _unflag(self._held)
         self._fences.append((ev, self._held))
         self._held = []
         fences = self._fences
         while fences and _driver.event_query(fences[0][0], "session.launch"):
             self._spare_events.append(fences.popleft()[0])
+
+    def _hold(self, obj: Any) -> None:
+        """Keep ``obj`` referenced until the stream has passed what was just enqueued."""
+        held = self._held
+        held.append(obj)
+        if len(held) >= self._fence_every:
+            self._fence()
 
     def retain(self, obj: Any) -> Any:
         """Keep ``obj`` alive until the session closes; returns it."""
@@ -608,6 +624,7 @@ class Session:
             self._fast = False
             raise KernelFault(f"{exc}; last launches: {list(self._last)}", exc.result_name,
                               exc.result_code, tuple(self._last)) from None
+        _unflag(self._held)
         self._held.clear()
         for c in self._caches:
             c.forget()
