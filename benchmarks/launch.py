@@ -186,7 +186,7 @@ def main() -> int:
             f, st = cu.CUfunction(fn.handle), cu.CUstream(stream)
             launch_kernel = cu.cuLaunchKernel
 
-            def go():
+            def go(_keep=(vals, ptrs)):  # the block must outlive setup: go owns it
                 launch_kernel(f, 1, 1, 1, 32, 1, 1, 0, st, addr, 0)
             return go, {}
 
