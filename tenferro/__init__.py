@@ -12,7 +12,7 @@ from .errors import (
 from .events import Event
 from .launch import LaunchConfig
 from .module import CompiledCuda, Function, Module, cache_stats, compile_cuda
-from .session import Session
+from .session import Session, from_dlpack
 from .spans import DeviceBytes, TensorMut, TensorRef
 from .tensor import Tensor
 
@@ -20,6 +20,6 @@ __all__ = [
     "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Event", "Function",
     "KernelArg", "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session",
     "Tensor", "TenferroError", "TensorMut", "TensorRef", "ValidationError", "bf16",
-    "cache_stats", "compile_cuda", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8",
-    "u16", "u32", "u64",
+    "cache_stats", "compile_cuda", "f16", "f32", "f64", "from_dlpack", "i8", "i16", "i32",
+    "i64", "u8", "u16", "u32", "u64",
 ]

@@ -214,6 +214,11 @@ def stream_context(stream: int) -> int:
     return int(_check("cuStreamGetCtx", _cu.cuStreamGetCtx(_cu.CUstream(stream))))
 
 
+def context_synchronize(op: str = "cuCtxSynchronize") -> None:
+    """Wait for all work of the current context."""
+    _check(op, _cu.cuCtxSynchronize())
+
+
 def stream_synchronize(stream: int, op: str) -> None:
     """Block until the stream is idle; a kernel fault raises `KernelFault`."""
     _check(op, _cu.cuStreamSynchronize(_cu.CUstream(stream)))

@@ -29,7 +29,9 @@ from .signature import parse_ptx
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 from .tensor import Tensor
 
-__all__ = ["FENCE_EVERY", "Session"]
+__all__ = ["FENCE_EVERY", "Session", "from_dlpack"]
+
+_local = threading.local()  # .open: this thread's open sessions, innermost last
 
 
 def _unflag(held: list) -> None:
@@ -132,6 +134,9 @@ class Session:
         self._thread = threading.get_ident()
         self._open = True
         self._fast = True
+        if not hasattr(_local, "open"):
+            _local.open = []
+        _local.open.append(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -148,6 +153,9 @@ class Session:
 
     def _close(self) -> None:
         self._open = False
+        opened = getattr(_local, "open", [])
+        if self in opened:
+            opened.remove(self)
         self._fast = False
         _unflag(self._held)
         self._held.clear()
@@ -339,7 +347,20 @@ class Session:
         """An exclusive, writable span; refuses producers that marked their array read-only."""
         return self._span(x, TensorMut, dtype, allow_strided, "session.tensor_mut")
 
-    def _span(self, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str) -> Any:
+    def from_dlpack(self, x: Any, *, writable: bool = False, dtype: Any = None,
+                    allow_strided: bool = False) -> TensorRef | TensorMut:
+        """A span over ``x`` taken through DLPack even where x also has a CUDA Array Interface.
+
+        ``x`` is an object with ``__dlpack__`` (asked with this session's stream, so the
+        producer orders itself before it) or an unused DLPack capsule (consumed as it is: its
+        producer must have finished writing it). ``writable=True`` gives a TensorMut and
+        refuses a capsule flagged READ_ONLY.
+        """
+        cls = TensorMut if writable else TensorRef
+        return self._span(x, cls, dtype, allow_strided, "session.from_dlpack", dlpack=True)
+
+    def _span(self, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
+              dlpack: bool = False) -> Any:
         self._check_use(op)
         if isinstance(x, Tensor):
             if x._session is not self:
@@ -354,7 +375,7 @@ class Session:
             if type(x) is DeviceBytes and cls is TensorMut:
                 cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
         else:
-            f = self._read_foreign(x, op)
+            f = self._read_dlpack(x, op) if dlpack else self._read_foreign(x, op)
             self._check_memory(f, op)
             if f.stream is not None and f.stream != self._stream:
                 self._refuse_in_capture(op, "ordering after the producer's stream needs an "
@@ -409,6 +430,18 @@ class Session:
             return read_dlpack(x, self._stream, self.device, op)
         raise ValidationError(f"{op}: x is a {type(x).__name__}; expected a tf.Tensor, a span or "
                               "a device array with __cuda_array_interface__ or __dlpack__")
+
+    def _read_dlpack(self, x: Any, op: str) -> Foreign:
+        from .dlpack import read_capsule, read_dlpack
+
+        if type(x).__name__ == "PyCapsule":
+            return read_capsule(x, op)
+        if not hasattr(x, "__dlpack__"):
+            raise ValidationError(f"{op}: x is a {type(x).__name__}; expected an object with "
+                                  "__dlpack__ or a DLPack capsule")
+        self._refuse_in_capture(op, "a DLPack producer would order itself on the capturing "
+                                "stream; make the span before the capture")
+        return read_dlpack(x, self._stream, self.device, op)
 
     def _check_memory(self, f: Foreign, op: str) -> None:
         if f.device is not None and f.device != self.device:
@@ -642,3 +675,23 @@ class Session:
         """
         self._check_use("session.resource")
         return self._resources.get(key, lambda: init(self), kind, "session.resource")
+
+
+def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,
+                dtype: Any = None, allow_strided: bool = False) -> TensorRef | TensorMut:
+    """A span over ``x`` through DLPack: `Session.from_dlpack` of ``session``.
+
+    ``session`` defaults to this thread's innermost open session; with none open it raises
+    `RuntimeStateError`.
+    """
+    op = "tenferro.from_dlpack"
+    if session is None:
+        opened = getattr(_local, "open", None)
+        if not opened:
+            raise RuntimeStateError(f"{op}: no tf.Session is open on this thread; call it inside "
+                                    "`with tf.Session(...)` or pass session=")
+        session = opened[-1]
+    elif not isinstance(session, Session):
+        raise ValidationError(f"{op}: session must be a tf.Session, got "
+                              f"{type(session).__name__}")
+    return session.from_dlpack(x, writable=writable, dtype=dtype, allow_strided=allow_strided)

@@ -122,6 +122,25 @@ class Tensor:
             "stream": s._stream_for_export() if s._open else None,
         }
 
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule over this Tensor's memory, zero-copy (see `tenferro.dlpack_export`).
+
+        Versioned when ``max_version >= (1, 0)``, legacy otherwise. ``stream`` follows the
+        standard (None or 1: legacy default, 2: per-thread default, a handle, -1: no ordering;
+        0 is refused); the consumer's stream is ordered after the session's with an event.
+        ``dl_device`` other than this Tensor's device raises BufferError; ``copy=True`` hands
+        out a copy made on the session's stream (flagged IS_COPIED). The memory stays valid
+        while the consumer holds it, also after the session closed.
+        """
+        from .dlpack_export import export  # ctypes structures, loaded on first use
+
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(2, device)``: kDLCUDA and the device ordinal."""
+        return (2, self.device)
+
     def to_host(self) -> np.ndarray:
         """Copy to a new numpy array (``s.download(self)``); waits for the session's stream."""
         return self._session.download(self)

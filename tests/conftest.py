@@ -31,12 +31,18 @@ def gpu_reason():
 
 
 @pytest.fixture
-def session():
-    """The one way GPU tests get a device: an open Session on device 0, or a skip with reason."""
+def device():
+    """The one way GPU tests get a device: its ordinal (0), or a skip with the reason."""
     reason = gpu_reason()
     if reason:
         pytest.skip(f"needs a GPU: {reason}")
-    with tf.Session(device=0) as s:
+    return 0
+
+
+@pytest.fixture
+def session(device):
+    """An open Session on the test device, closed after the test."""
+    with tf.Session(device=device) as s:
         yield s
 
 
