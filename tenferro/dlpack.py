@@ -10,6 +10,7 @@ refuse. The producer orders its own stream before ours: we pass our stream to ``
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import Any
 
 from . import dtypes
@@ -77,6 +78,13 @@ class DLManagedTensorVersioned(ctypes.Structure):
                 ("dl_tensor", DLTensor))
 
 
+# The same structures as flat little-endian layouts, read and written in one step.
+_TENSOR = struct.Struct("<QiiiBBHQQQ")  # DLTensor: data, device, ndim, dtype, shape, strides, off
+_VERSIONED_HEAD = struct.Struct("<IIQQQ")  # version, manager_ctx, deleter, flags; then DLTensor
+_LEGACY_TAIL = struct.Struct("<QQ")  # DLTensor first; then manager_ctx, deleter
+assert _TENSOR.size == ctypes.sizeof(DLTensor)
+assert _VERSIONED_HEAD.size == DLManagedTensorVersioned.dl_tensor.offset
+
 _api = ctypes.pythonapi
 _api.PyCapsule_IsValid.restype = ctypes.c_int
 _api.PyCapsule_IsValid.argtypes = (ctypes.py_object, ctypes.c_char_p)
@@ -114,44 +122,51 @@ def read_capsule(capsule: Any, op: str, producer: Any = None) -> Foreign:
     if _api.PyCapsule_IsValid(capsule, _VERSIONED):
         addr = _api.PyCapsule_GetPointer(capsule, _VERSIONED)
         _api.PyCapsule_SetName(capsule, _VERSIONED_USED)
-        m = DLManagedTensorVersioned.from_address(addr)
-        owner = _CapsuleOwner(addr, m.deleter or 0, producer)
-        if m.version.major != 1:
-            raise ValidationError(f"{op}: DLPack version {m.version.major}.{m.version.minor} "
-                                  f"is not supported (this reader knows 1.x)")
-        readonly = bool(m.flags & FLAG_READ_ONLY)
-        t = m.dl_tensor
+        major, minor, _ctx, deleter, flags = _VERSIONED_HEAD.unpack(
+            ctypes.string_at(addr, _VERSIONED_HEAD.size))
+        owner = _CapsuleOwner(addr, deleter, producer)
+        if major != 1:
+            raise ValidationError(f"{op}: DLPack version {major}.{minor} is not supported (this "
+                                  "reader knows 1.x)")
+        readonly = bool(flags & FLAG_READ_ONLY)
+        tensor_at = addr + _VERSIONED_HEAD.size
     elif _api.PyCapsule_IsValid(capsule, _LEGACY):
         addr = _api.PyCapsule_GetPointer(capsule, _LEGACY)
         _api.PyCapsule_SetName(capsule, _LEGACY_USED)
-        m = DLManagedTensor.from_address(addr)
-        owner = _CapsuleOwner(addr, m.deleter or 0, producer)
+        _ctx, deleter = _LEGACY_TAIL.unpack(ctypes.string_at(addr + _TENSOR.size,
+                                                             _LEGACY_TAIL.size))
+        owner = _CapsuleOwner(addr, deleter, producer)
         readonly = False
-        t = m.dl_tensor
+        tensor_at = addr
     else:
         raise ValidationError(f"{op}: not an unused DLPack capsule (a capsule is consumed once)")
-    dev = (t.device.device_type, t.device.device_id)
-    if dev[0] not in (DL_CUDA, DL_CUDA_MANAGED):
+    # One read of the DLTensor (struct.unpack is several times cheaper than ctypes fields).
+    data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = \
+        _TENSOR.unpack(ctypes.string_at(tensor_at, _TENSOR.size))
+    if dev_type not in (DL_CUDA, DL_CUDA_MANAGED):
         where = {DL_CPU: "host (kDLCPU)", DL_CUDA_HOST: "pinned host (kDLCUDAHost)"}.get(
-            dev[0], f"device_type {dev[0]}")
+            dev_type, f"device_type {dev_type}")
         raise ValidationError(f"{op}: x is in {where} memory; the session needs CUDA device "
                               "memory")
-    if dev[1] < 0:
-        raise ValidationError(f"{op}: DLPack device_id={dev[1]} is negative")
-    st = dtypes.from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes, op)
-    if t.ndim < 0:
-        raise ValidationError(f"{op}: DLPack ndim={t.ndim} is negative")
-    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+    if dev_id < 0:
+        raise ValidationError(f"{op}: DLPack device_id={dev_id} is negative")
+    st = dtypes.from_dlpack(code, bits, lanes, op)
+    if ndim < 0:
+        raise ValidationError(f"{op}: DLPack ndim={ndim} is negative")
+    if ndim and not shape_p:
+        raise ValidationError(f"{op}: DLPack shape is NULL for ndim={ndim}")
+    shape = struct.unpack(f"<{ndim}q", ctypes.string_at(shape_p, 8 * ndim)) if ndim else ()
     if any(d < 0 for d in shape):
         raise ValidationError(f"{op}: DLPack shape={shape} has a negative extent")
-    if t.strides:
-        strides = tuple(int(t.strides[i]) * st.itemsize for i in range(t.ndim))
+    if strides_p and ndim:
+        size = st.itemsize
+        strides = tuple(e * size for e in struct.unpack(
+            f"<{ndim}q", ctypes.string_at(strides_p, 8 * ndim)))
     else:
         strides = c_strides(shape, st.itemsize)
-    ptr = (t.data or 0) + t.byte_offset
-    if not t.data and 0 not in shape:
+    if not data and 0 not in shape:
         raise ValidationError(f"{op}: DLPack data is NULL for shape={shape}")
-    return Foreign(ptr, shape, strides, st, readonly, None, owner, dev[1])
+    return Foreign(data + offset, shape, strides, st, readonly, None, owner, dev_id)
 
 
 def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:

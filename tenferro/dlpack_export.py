@@ -18,11 +18,12 @@ The deleter is a ctypes callback: it takes the GIL itself and may be called from
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from typing import Any
 
 from . import _driver
-from .dlpack import DL_CUDA, MAX_VERSION, DLManagedTensor, DLManagedTensorVersioned
+from .dlpack import _LEGACY_TAIL, _TENSOR, _VERSIONED_HEAD, DL_CUDA, MAX_VERSION
 from .errors import RuntimeStateError, ValidationError
 
 __all__ = ["FLAG_IS_COPIED", "dlpack_device", "export"]
@@ -47,7 +48,7 @@ _get_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 class _Export:
     """What one exported managed tensor keeps alive until its deleter runs."""
 
-    __slots__ = ("consumer_stream", "managed", "shape", "strides", "tensor")
+    __slots__ = ("consumer_stream", "managed", "tensor")
 
     def release(self) -> None:
         t, self.tensor = self.tensor, None
@@ -59,12 +60,10 @@ class _Export:
             # The consumer may have queued work on its stream that still reads this memory.
             t._context.push()
             try:
-                ev = _driver.event_create()
-                try:
-                    _driver.event_record(ev, stream, "tensor.__dlpack__ deleter")
-                    _driver.stream_wait_event(s._stream, ev, "tensor.__dlpack__ deleter")
-                finally:
-                    _driver.event_destroy(ev)
+                with _lock:
+                    _driver.event_record(s._export_event, stream, "tensor.__dlpack__ deleter")
+                    _driver.stream_wait_event(s._stream, s._export_event,
+                                              "tensor.__dlpack__ deleter")
             except Exception:  # the consumer's stream is gone: it cannot be waited for; be safe
                 _driver.context_synchronize()
             finally:
@@ -175,17 +174,19 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
         if s._capturing:
             raise RuntimeStateError(f"{op}: not allowed during s.capture(): ordering the "
                                     "consumer's stream needs an event")
-        # The consumer's stream waits for everything enqueued so far on ours.
-        tensor._context.push()
+        # The consumer's stream waits for everything enqueued so far on ours. The record and
+        # the wait are one step under the lock: another thread exporting must not re-record
+        # the session's event in between.
+        same_thread = s._thread == threading.get_ident()
+        if not same_thread:
+            tensor._context.push()
         try:
-            ev = _driver.event_create()
-            try:
-                _driver.event_record(ev, s._stream, op)
-                _driver.stream_wait_event(consumer, ev, op)
-            finally:
-                _driver.event_destroy(ev)
+            with _lock:
+                _driver.event_record(s._export_event, s._stream, op)
+                _driver.stream_wait_event(consumer, s._export_event, op)
         finally:
-            tensor._context.pop()
+            if not same_thread:
+                tensor._context.pop()
     return _make_capsule(tensor, version, flags, consumer)
 
 
@@ -193,31 +194,29 @@ def _make_capsule(tensor: Any, version: tuple[int, int] | None, flags: int,
                   consumer: int | None) -> Any:
     t = tensor.scalar_type
     ndim = len(tensor.shape)
+    # One buffer: the managed tensor, then shape[ndim] and strides[ndim] (in elements).
+    head = _TENSOR.size + _LEGACY_TAIL.size if version is None else \
+        _VERSIONED_HEAD.size + _TENSOR.size
+    buf = ctypes.create_string_buffer(head + 16 * ndim)
+    addr = ctypes.addressof(buf)
+    shape_p, strides_p = addr + head, addr + head + 8 * ndim
+    tensor_at = 0 if version is None else _VERSIONED_HEAD.size
+    _TENSOR.pack_into(buf, tensor_at, tensor.ptr, DL_CUDA, tensor.device, ndim, t.dl_code,
+                      t.dl_bits, 1, shape_p if ndim else 0, strides_p if ndim else 0, 0)
+    if version is None:
+        _LEGACY_TAIL.pack_into(buf, _TENSOR.size, 0, _DELETER_ADDR)
+        name = _NAME_LEGACY
+    else:
+        _VERSIONED_HEAD.pack_into(buf, 0, version[0], version[1], 0, _DELETER_ADDR, flags)
+        name = _NAME_VERSIONED
+    if ndim:
+        item = t.itemsize
+        struct.pack_into(f"<{2 * ndim}q", buf, head, *tensor.shape,
+                         *(st // item for st in tensor.strides))
     ex = _Export()
     ex.tensor = tensor
     ex.consumer_stream = consumer
-    ex.shape = (ctypes.c_int64 * max(ndim, 1))(*tensor.shape)
-    ex.strides = (ctypes.c_int64 * max(ndim, 1))(*(st // t.itemsize for st in tensor.strides))
-    if version is None:
-        m = DLManagedTensor()
-        name = _NAME_LEGACY
-    else:
-        m = DLManagedTensorVersioned()
-        m.version.major, m.version.minor = version
-        m.flags = flags
-        name = _NAME_VERSIONED
-    m.manager_ctx = None
-    m.deleter = _DELETER_ADDR
-    dl = m.dl_tensor
-    dl.data = tensor.ptr or None
-    dl.device.device_type, dl.device.device_id = DL_CUDA, tensor.device
-    dl.ndim = ndim
-    dl.dtype.code, dl.dtype.bits, dl.dtype.lanes = t.dl_code, t.dl_bits, 1
-    dl.shape = ctypes.cast(ex.shape, ctypes.POINTER(ctypes.c_int64))
-    dl.strides = ctypes.cast(ex.strides, ctypes.POINTER(ctypes.c_int64))
-    dl.byte_offset = 0
-    ex.managed = m
-    addr = ctypes.addressof(m)
+    ex.managed = buf
     with _lock:
         _live[addr] = ex
     try:

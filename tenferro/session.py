@@ -124,6 +124,7 @@ class Session:
                             f"Session: stream=0x{self._stream:x} belongs to another context "
                             f"(0x{ctx:x}), not device {self.device}'s primary context")
             self._import_event = _driver.event_create()
+            self._export_event = _driver.event_create()  # used under dlpack_export's lock
         except BaseException:
             if self._external_stream is None and getattr(self, "_stream", 0):
                 _driver.stream_destroy(self._stream)
@@ -167,7 +168,7 @@ class Session:
         for ev, _ in self._fences:
             self._spare_events.append(ev)
         self._fences.clear()
-        for ev in [*self._spare_events, self._import_event]:
+        for ev in [*self._spare_events, self._import_event, self._export_event]:
             try:
                 _driver.event_destroy(ev)
             except Exception:
@@ -411,23 +412,12 @@ class Session:
         if isinstance(x, np.ndarray):
             raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies "
                                   "it to the device")
-        if hasattr(x, "__cuda_array_interface__"):
-            has_dlpack = hasattr(x, "__dlpack__")
-            try:
-                f = read_cai(x, op)
-            except ValidationError:
-                if not has_dlpack:  # torch's CAI cannot spell bfloat16 ("<V2"); DLPack can
-                    raise
-                f = None
-            # CAI v2 (torch) says nothing of the producer's stream; DLPack orders it for us.
-            if f is not None and (f.ordered or not has_dlpack):
-                return f
+        # DLPack first: it names the device, spells every dtype (torch's CAI v2 cannot say
+        # bfloat16 or its stream), carries READ_ONLY and has the producer order its stream.
         if hasattr(x, "__dlpack__"):
-            self._refuse_in_capture(op, "a DLPack producer would order itself on the capturing "
-                                    "stream; make the span before the capture")
-            from .dlpack import read_dlpack  # ctypes structures, loaded on first use
-
-            return read_dlpack(x, self._stream, self.device, op)
+            return self._read_dlpack(x, op)
+        if hasattr(x, "__cuda_array_interface__"):
+            return read_cai(x, op)
         raise ValidationError(f"{op}: x is a {type(x).__name__}; expected a tf.Tensor, a span or "
                               "a device array with __cuda_array_interface__ or __dlpack__")
 
@@ -449,8 +439,9 @@ class Session:
                                   f"device {self.device}")
         if f.ptr == 0 and all(d for d in f.shape):
             raise ValidationError(f"{op}: x has a null data pointer")
-        if not f.ptr or 0 in f.shape:
-            return
+        if not f.ptr or 0 in f.shape or f.device is not None:
+            return  # a DLPack producer said kDLCUDA and its device id: asking the driver again
+            # costs a call per import and adds nothing
         kind, ordinal = _driver.pointer_info(f.ptr)
         if kind == _driver.MEMORY_HOST:
             raise ValidationError(f"{op}: x is in host memory (0x{f.ptr:x}); copy it to the "
