@@ -1,0 +1,166 @@
+"""tenferro.kernels against torch and CuPy for the same operation, on the GPU machine.
+
+    source .whl/prelude.sh && python3 benchmarks/kernels.py --json $OUT/kernels.json
+
+Memory-bound kernels run on 256 MiB of float32 input; each figure is the median of REPS timed
+runs (CUDA events on the library's own stream, after a warm-up), reported as bandwidth
+(bytes read + written by the operation, counted once) and as a fraction of the H200's measured
+device-to-device copy bandwidth, COPY_TBS. The matrix multiply is reported in TFLOP/s and as a
+fraction of torch's (cuBLAS) for the same shapes and dtypes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import tenferro as tf
+from tenferro import kernels as k
+
+COPY_TBS = 4.2
+REPS = 20
+N = (256 << 20) // 4  # float32 elements in 256 MiB
+
+
+def time_tf(s, fn):
+    for _ in range(3):
+        fn()
+    out = []
+    for _ in range(REPS):
+        a = s.record_event()
+        fn()
+        b = s.record_event()
+        b.synchronize()
+        out.append(a.elapsed_ms(b))
+    return statistics.median(out)
+
+
+def time_torch(torch, fn):
+    for _ in range(3):
+        fn()
+    out = []
+    for _ in range(REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return statistics.median(out)
+
+
+def time_cupy(cp, fn):
+    for _ in range(3):
+        fn()
+    out = []
+    for _ in range(REPS):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ns = ap.parse_args()
+    import cupy as cp
+    import ml_dtypes
+    import torch
+
+    rows: list[dict] = []
+    rng = np.random.default_rng(1)
+    with tf.Session(device=0) as s:
+        x = s.upload(rng.standard_normal(N, dtype=np.float32))
+        y = s.upload(rng.standard_normal(N, dtype=np.float32))
+        out = s.alloc_output((N,), np.float32)
+        h = s.alloc_output((N,), np.float16)
+        r, c = 4096, N // 4096
+        x2 = s.upload(rng.standard_normal((r, c), dtype=np.float32))
+        o2 = s.alloc_output((r, c), np.float32)
+        ot = s.alloc_output((c, r), np.float32)
+        tx, ty = torch.from_dlpack(x), torch.from_dlpack(y)
+        tx2 = torch.from_dlpack(x2)
+        cx, cy = cp.from_dlpack(x), cp.from_dlpack(y)
+        cx2 = cp.from_dlpack(x2)
+        s.synchronize()
+        b4 = 4 * N
+        cases = [
+            ("fill", b4, lambda: k.fill(s, out, 1.5), lambda: tx.new_empty(N).fill_(1.5),
+             lambda: cp.full(N, 1.5, cp.float32)),
+            ("cast f32->f16", b4 + 2 * N, lambda: k.cast(s, h, x), lambda: tx.half(),
+             lambda: cx.astype(cp.float16)),
+            ("axpy", 3 * b4, lambda: k.axpy(s, y, x, 0.5), lambda: ty.add_(tx, alpha=0.5),
+             lambda: cp.add(cy, 0.5 * cx, out=cy)),
+            ("elementwise a*x+y*y", 3 * b4,
+             lambda: k.elementwise(s, "a * x + y * y", out, x=x, y=y, a=0.5),
+             lambda: 0.5 * tx + ty * ty, lambda: 0.5 * cx + cy * cy),
+            ("sum", b4, lambda: k.sum(s, x), lambda: tx.sum(), lambda: cx.sum()),
+            ("max", b4, lambda: k.max(s, x), lambda: tx.max(), lambda: cx.max()),
+            (f"softmax rows {r}x{c}", 2 * b4, lambda: k.softmax(s, o2, x2),
+             lambda: torch.softmax(tx2, dim=1), None),
+            (f"transpose {r}x{c}", 2 * b4, lambda: k.transpose(s, ot, x2),
+             lambda: tx2.t().contiguous(), lambda: cp.ascontiguousarray(cx2.T)),
+            ("cumsum", 2 * b4, lambda: k.cumsum(s, out, x), lambda: torch.cumsum(tx, 0),
+             lambda: cp.cumsum(cx)),
+        ]
+        for name, nbytes, f_tf, f_torch, f_cp in cases:
+            ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}
+            if f_cp is not None:
+                ms["cupy"] = time_cupy(cp, f_cp)
+            row = {"op": name, "bytes": nbytes}
+            for lib, m in ms.items():
+                row[f"{lib}_ms"] = m
+                row[f"{lib}_TBs"] = nbytes / m / 1e9
+            row["fraction_of_copy"] = row["tenferro_TBs"] / COPY_TBS
+            row["x_torch_time"] = ms["tenferro"] / ms["torch"]
+            rows.append(row)
+            cp_s = f"{row['cupy_TBs']:7.2f}" if "cupy_TBs" in row else "      -"
+            print(f"{name:<26} tenferro {row['tenferro_TBs']:5.2f} TB/s "
+                  f"({row['fraction_of_copy']:4.0%} of copy)  torch {row['torch_TBs']:5.2f}  "
+                  f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x", flush=True)
+        s.synchronize()
+        mm = []
+        for dtype in ("bf16", "f32"):
+            for m_, n_, k_ in ((4096, 4096, 4096), (8192, 8192, 8192)):
+                a_np = rng.standard_normal((m_, k_), dtype=np.float32)
+                b_np = rng.standard_normal((k_, n_), dtype=np.float32)
+                if dtype == "bf16":
+                    a_np, b_np = a_np.astype(ml_dtypes.bfloat16), b_np.astype(ml_dtypes.bfloat16)
+                a, b = s.upload(a_np), s.upload(b_np)
+                cm = s.alloc_output((m_, n_), np.float32)
+                ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+                s.synchronize()
+                t_tf = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
+                t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
+                flop = 2 * m_ * n_ * k_
+                row = {"op": f"matmul {dtype} {m_}x{n_}x{k_}", "tenferro_TFLOPs":
+                       flop / t_tf / 1e9, "torch_TFLOPs": flop / t_to / 1e9,
+                       "fraction_of_cublas": t_to / t_tf}
+                mm.append(row)
+                print(f"{row['op']:<26} tenferro {row['tenferro_TFLOPs']:6.1f} TFLOP/s  "
+                      f"torch (cuBLAS) {row['torch_TFLOPs']:6.1f}  "
+                      f"{row['fraction_of_cublas']:4.0%} of cuBLAS", flush=True)
+                s.synchronize()
+    if ns.json:
+        meta = {"date": time.strftime("%Y-%m-%d"), "reps": REPS, "copy_TBs": COPY_TBS,
+                "torch": torch.__version__, "cupy": cp.__version__,
+                "tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
+        with open(ns.json, "w") as f:
+            json.dump({"meta": meta, "memory_bound": rows, "matmul": mm}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Loading the kernel sources once per session, and the checks every entry point shares."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from tenferro import LaunchConfig, Module, ValidationError, dtypes
+
+__all__ = ["C_TYPES", "function", "grid_stride", "spans_1d", "type_of"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The C type of each scalar type the kernels are instantiated for.
+C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double",
+           "i32": "int", "u32": "unsigned", "i64": "long long", "u8": "unsigned char"}
+
+
+def _source(name: str) -> str:
+    with open(os.path.join(_HERE, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = ()) -> Any:
+    """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
+
+    ``expressions`` are the template instantiations the file is compiled with; they are part
+    of the cache key, so a file is compiled once for each set asked.
+    """
+    def build(session: Any) -> Module:
+        return session.compile(_source(file), options=["-std=c++17"],
+                               name_expressions=list(expressions) or None)
+
+    mod = s.resource(("tenferro.kernels", file, expressions), build, Module)
+    return mod.function(name)
+
+
+def grid_stride(s: Any, n: int, block: int = 256) -> LaunchConfig:
+    """A 1-D config for a grid-stride loop over ``n`` items: at most 8 blocks an SM."""
+    sms = s.context.attribute("MULTIPROCESSOR_COUNT")
+    return LaunchConfig(max(1, min((n + block - 1) // block, sms * 8)), block)
+
+
+def type_of(span: Any) -> dtypes.ScalarType:
+    """The span's scalar type."""
+    return span.scalar_type
+
+
+def spans_1d(op: str, out: Any, *inputs: Any, same_dtype: bool = True) -> None:
+    """Refuse outputs and inputs whose element counts differ (and dtypes, if asked)."""
+    for i, x in enumerate(inputs):
+        if x.size != out.size:
+            raise ValidationError(f"{op}: inputs[{i}] has {x.size} elements, out has "
+                                  f"{out.size}")
+        if same_dtype and x.scalar_type is not out.scalar_type:
+            raise ValidationError(f"{op}: inputs[{i}] is {x.scalar_type.name}, out is "
+                                  f"{out.scalar_type.name}")
+
+
+def scalar_for(t: dtypes.ScalarType, value: Any, op: str, name: str) -> Any:
+    """``value`` as a typed scalar of type ``t`` (range-checked by the scalar factories)."""
+    import tenferro as tf
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise ValidationError(f"{op}: {name}={value!r} must be a number")
+    return getattr(tf, t.name)(value)

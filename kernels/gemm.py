@@ -1,0 +1,47 @@
+"""Tiled matrix multiply: float32 on the CUDA cores, bfloat16 on the tensor cores (wmma)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenferro import LaunchConfig, ValidationError, u32
+
+from ._build import function
+
+__all__ = ["matmul"]
+
+_FILE = "matmul.cu"
+
+
+def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
+    """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out f32 (M, N).
+
+    bf16 inputs multiply on the tensor cores with float32 accumulation.
+    """
+    op = "kernels.matmul"
+    om, ar, br = s.tensor_mut(out), s.tensor(a), s.tensor(b)
+    if ar.ndim != 2 or br.ndim != 2 or ar.shape[1] != br.shape[0]:
+        raise ValidationError(f"{op}: a{ar.shape} @ b{br.shape} needs a (M, K) and b (K, N)")
+    m, k = ar.shape
+    n = br.shape[1]
+    if om.shape != (m, n) or om.scalar_type.name != "f32":
+        raise ValidationError(f"{op}: out must be f32{(m, n)}, got "
+                              f"{om.scalar_type.name}{om.shape}")
+    ta, tb = ar.scalar_type.name, br.scalar_type.name
+    if ta != tb or ta not in ("f32", "bf16"):
+        raise ValidationError(f"{op}: a is {ta}, b is {tb}; both must be f32 or both bf16")
+    if max(m, n, k) >= 1 << 31:
+        raise ValidationError(f"{op}: dimensions {(m, n, k)} must be below 2**31")
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        from .maps import fill
+
+        fill(s, om, 0.0)
+        return
+    tile = 64 if ta == "f32" else 128
+    if (m + tile - 1) // tile > 65535:
+        raise ValidationError(f"{op}: M={m} is above {65535 * tile}")
+    fn = function(s, _FILE, f"matmul_{ta}")
+    s.launch(fn, LaunchConfig(((n + tile - 1) // tile, (m + tile - 1) // tile), 256),
+             [om, ar, br, u32(m), u32(n), u32(k)])

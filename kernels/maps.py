@@ -1,0 +1,117 @@
+"""fill, cast, axpy and a fused elementwise map over whole arrays (any length, any shape)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tenferro import CompileError, ValidationError, u64
+
+from ._build import C_TYPES, function, grid_stride, scalar_for, spans_1d
+
+__all__ = ["axpy", "cast", "elementwise", "fill"]
+
+_FILE = "elementwise.cu"
+_FILL_TYPES = ("f32", "f64", "i32", "u32", "i64", "u8")
+_CASTS = (("f32", "f16"), ("f16", "f32"), ("f32", "bf16"), ("bf16", "f32"), ("f32", "f64"),
+          ("f64", "f32"), ("i32", "f32"), ("f32", "i32"))
+_AXPY_TYPES = ("f32", "f64")
+_EXPRS = tuple(f"fill<{C_TYPES[t]}>" for t in _FILL_TYPES) + tuple(
+    f"cast<{C_TYPES[a]}, {C_TYPES[b]}>" for a, b in _CASTS) + tuple(
+    f"axpy<{C_TYPES[t]}>" for t in _AXPY_TYPES)
+
+
+def fill(s: Any, y: Any, value: Any) -> None:
+    """Set every element of ``y`` to ``value`` (range-checked into y's dtype)."""
+    op = "kernels.fill"
+    ym = s.tensor_mut(y)
+    t = ym.scalar_type
+    if t.name not in _FILL_TYPES:
+        raise ValidationError(f"{op}: y is {t.name}; fill takes {list(_FILL_TYPES)}")
+    fn = function(s, _FILE, f"fill<{C_TYPES[t.name]}>", _EXPRS)
+    s.launch(fn, grid_stride(s, ym.size), [ym, scalar_for(t, value, op, "value"), u64(ym.size)])
+
+
+def cast(s: Any, out: Any, x: Any) -> None:
+    """``out[i] = x[i]`` converted to out's dtype (round to nearest even, as numpy's astype)."""
+    op = "kernels.cast"
+    om, xr = s.tensor_mut(out), s.tensor(x)
+    spans_1d(op, om, xr, same_dtype=False)
+    pair = (om.scalar_type.name, xr.scalar_type.name)
+    if pair not in _CASTS:
+        raise ValidationError(f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
+                              f"{[f'{b}->{a}' for a, b in _CASTS]}")
+    fn = function(s, _FILE, f"cast<{C_TYPES[pair[0]]}, {C_TYPES[pair[1]]}>", _EXPRS)
+    s.launch(fn, grid_stride(s, om.size), [om, xr, u64(om.size)])
+
+
+def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
+    """``y = a * x + y`` elementwise; y and x of one dtype (f32 or f64) and one size."""
+    op = "kernels.axpy"
+    ym, xr = s.tensor_mut(y), s.tensor(x)
+    spans_1d(op, ym, xr)
+    t = ym.scalar_type
+    if t.name not in _AXPY_TYPES:
+        raise ValidationError(f"{op}: y is {t.name}; axpy takes {list(_AXPY_TYPES)}")
+    fn = function(s, _FILE, f"axpy<{C_TYPES[t.name]}>", _EXPRS)
+    s.launch(fn, grid_stride(s, ym.size), [ym, xr, scalar_for(t, a, op, "a"), u64(ym.size)])
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_MATH = frozenset("""sin cos tan exp exp2 log log2 log10 sqrt rsqrt fabs fmin fmax pow tanh
+    sinh cosh asin acos atan atan2 floor ceil round fma erf erfc cbrt hypot
+    sinf cosf tanf expf exp2f logf log2f log10f sqrtf rsqrtf fabsf fminf fmaxf powf tanhf
+    erff floorf ceilf fmaf""".split())
+
+
+def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
+    """``out[i] = expr`` in one fused kernel.
+
+    Arrays in ``operands`` are read at ``i``, numbers are scalars of out's dtype. ``expr`` is a
+    CUDA C expression over the operand names and math functions (``"a * x + sinf(y)"``); out
+    and every array share a dtype (f32 or f64) and size.
+
+    The kernel is generated, compiled by NVRTC once (disk-cached) and kept by the session. An
+    unknown name is a ValidationError; an expression NVRTC rejects is a CompileError with its
+    log.
+    """
+    op = "kernels.elementwise"
+    if not isinstance(expr, str) or not expr.strip():
+        raise ValidationError(f"{op}: expr must be a non-empty str, got {expr!r}")
+    om = s.tensor_mut(out)
+    t = om.scalar_type
+    if t.name not in ("f32", "f64"):
+        raise ValidationError(f"{op}: out is {t.name}; elementwise takes f32 or f64")
+    ctype = C_TYPES[t.name]
+    names = sorted(operands)
+    for name in _IDENT.findall(expr):
+        if name not in operands and name not in _MATH:
+            raise ValidationError(f"{op}: expr uses {name!r}, which is neither an operand "
+                                  f"({names}) nor a known math function")
+    params, loads, args = [f"{ctype}* __restrict__ out_"], [], [om]
+    arrays = []
+    for name in names:
+        v = operands[name]
+        if name in _MATH or name.endswith("_") or not _IDENT.fullmatch(name):
+            raise ValidationError(f"{op}: operand name {name!r} is not usable")
+        if isinstance(v, (int, float)) or (hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0):
+            params.append(f"{ctype} {name}")
+            args.append(scalar_for(t, v, op, name))
+        else:
+            r = s.tensor(v)
+            arrays.append(r)
+            params.append(f"const {ctype}* __restrict__ {name}_")
+            loads.append(f"const {ctype} {name} = {name}_[i];")
+            args.append(r)
+    spans_1d(op, om, *arrays)
+    params.append("unsigned long long n")
+    args.append(u64(om.size))
+    src = (f'extern "C" __global__ void fused_map({", ".join(params)}) {{\n'
+           "  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + "
+           "threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) {\n"
+           f"    {' '.join(loads)}\n    out_[i] = ({ctype})({expr});\n  }}\n}}\n")
+    try:
+        mod = s.resource(("tenferro.kernels.elementwise", src), lambda ss: ss.compile(src))
+    except CompileError as exc:
+        raise CompileError(f"{op}: expr {expr!r} did not compile", exc.log) from None
+    s.launch(mod.function("fused_map"), grid_stride(s, om.size), args)

@@ -1,0 +1,133 @@
+// C (M x N, float) = A (M x K) B (K x N), all row-major.
+#include <cuda_bf16.h>
+
+// float32: a 64x64 tile of C per block of 256 threads, each thread 4x4 outputs, K in steps of 16
+// through shared memory.
+extern "C" __global__ void __launch_bounds__(256)
+matmul_f32(float* __restrict__ C, const float* __restrict__ A, const float* __restrict__ B,
+           unsigned M, unsigned N, unsigned K) {
+    __shared__ float As[16][64 + 4];  // As[k][m]: A's tile transposed, so rows read as float4
+    __shared__ float Bs[16][64 + 4];
+    unsigned tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    unsigned m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
+    float acc[4][4] = {};
+    for (unsigned k0 = 0; k0 < K; k0 += 16) {
+        for (unsigned e = threadIdx.x; e < 64 * 16; e += 256) {
+            unsigned r = e / 16, k = e % 16;  // A: 64 rows x 16 k
+            unsigned gm = m0 + r, gk = k0 + k;
+            As[k][r] = (gm < M && gk < K) ? A[(unsigned long long)gm * K + gk] : 0.0f;
+            unsigned kb = e / 64, c = e % 64;  // B: 16 k x 64 cols
+            unsigned gkb = k0 + kb, gn = n0 + c;
+            Bs[kb][c] = (gkb < K && gn < N) ? B[(unsigned long long)gkb * N + gn] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (unsigned k = 0; k < 16; ++k) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { a[i] = As[k][ty * 4 + i]; b[i] = Bs[k][tx * 4 + i]; }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < 4; ++i) {
+        unsigned gm = m0 + ty * 4 + i;
+        if (gm >= M) continue;
+        for (int j = 0; j < 4; ++j) {
+            unsigned gn = n0 + tx * 4 + j;
+            if (gn < N) C[(unsigned long long)gm * N + gn] = acc[i][j];
+        }
+    }
+}
+
+// bfloat16 on the tensor cores through mma.sync.m16n8k16 (float accumulate): a 128x128 tile of C
+// per block of 8 warps (2 x 4), each warp 64x32 = 4 x 4 mma tiles; K in steps of 32 through
+// shared memory. Inline PTX keeps it free of the CUDA headers NVRTC may lack (mma.h).
+__device__ __forceinline__ unsigned pack2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    return (unsigned)__bfloat16_as_ushort(lo) | ((unsigned)__bfloat16_as_ushort(hi) << 16);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+matmul_bf16(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
+            const __nv_bfloat16* __restrict__ B, unsigned M, unsigned N, unsigned K) {
+    constexpr int BM = 128, BN = 128, BK = 32, PAD = 8;
+    __shared__ __align__(16) __nv_bfloat16 As[BM][BK + PAD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[BK][BN + PAD];
+    unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
+    unsigned g = lane / 4, tg = lane % 4;  // the PTX fragment layout's groupID, thread-in-group
+    unsigned m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    float acc[4][4][4] = {};
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+    bool vec_a = (K % 8 == 0) && (reinterpret_cast<unsigned long long>(A) % 16 == 0);
+    bool vec_b = (N % 8 == 0) && (reinterpret_cast<unsigned long long>(B) % 16 == 0);
+    for (unsigned k0 = 0; k0 < K; k0 += BK) {
+        // A tile: 128 x 32 = 512 chunks of 8; B tile: 32 x 128 = 512 chunks of 8.
+        for (unsigned e = threadIdx.x; e < 512; e += 256) {
+            unsigned r = e / 4, c = (e % 4) * 8, gm = m0 + r, gk = k0 + c;
+            if (vec_a && gm < M && gk + 8 <= K) {
+                *reinterpret_cast<uint4*>(&As[r][c]) =
+                    *reinterpret_cast<const uint4*>(&A[(unsigned long long)gm * K + gk]);
+            } else {
+                for (int q = 0; q < 8; ++q)
+                    As[r][c + q] = (gm < M && gk + q < K) ? A[(unsigned long long)gm * K + gk + q]
+                                                          : zero;
+            }
+            unsigned rb = e / 16, cb = (e % 16) * 8, gkb = k0 + rb, gn = n0 + cb;
+            if (vec_b && gkb < K && gn + 8 <= N) {
+                *reinterpret_cast<uint4*>(&Bs[rb][cb]) =
+                    *reinterpret_cast<const uint4*>(&B[(unsigned long long)gkb * N + gn]);
+            } else {
+                for (int q = 0; q < 8; ++q)
+                    Bs[rb][cb + q] = (gkb < K && gn + q < N)
+                                         ? B[(unsigned long long)gkb * N + gn + q] : zero;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                unsigned r = wm * 64 + i * 16 + g, c = kk + tg * 2;
+                a[i][0] = *reinterpret_cast<const unsigned*>(&As[r][c]);
+                a[i][1] = *reinterpret_cast<const unsigned*>(&As[r + 8][c]);
+                a[i][2] = *reinterpret_cast<const unsigned*>(&As[r][c + 8]);
+                a[i][3] = *reinterpret_cast<const unsigned*>(&As[r + 8][c + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                unsigned n = wn * 32 + j * 8 + g, k = kk + tg * 2;
+                b[j][0] = pack2(Bs[k][n], Bs[k + 1][n]);
+                b[j][1] = pack2(Bs[k + 8][n], Bs[k + 9][n]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
+                          "+f"(acc[i][j][3])
+                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
+                          "r"(b[j][0]), "r"(b[j][1]));
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // c0,c1 at row g; c2,c3 at row g + 8
+                unsigned gm = m0 + wm * 64 + i * 16 + g + h * 8;
+                unsigned gn = n0 + wn * 32 + j * 8 + tg * 2;
+                if (gm >= M) continue;
+                float* row = C + (unsigned long long)gm * N;
+                if (gn < N) row[gn] = acc[i][j][2 * h];
+                if (gn + 1 < N) row[gn + 1] = acc[i][j][2 * h + 1];
+            }
+}

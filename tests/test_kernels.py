@@ -1,0 +1,187 @@
+"""tenferro.kernels against numpy in float64, on fresh random data, odd and edge sizes."""
+
+import numpy as np
+import pytest
+
+import tenferro as tf
+from tenferro import kernels as k
+from tenferro.kernels import _build, maps, reduce, rows
+
+SIZES = [0, 1, 31, 33, (1 << 20) + 7]
+
+
+@pytest.mark.parametrize(("file", "exprs"), [
+    ("elementwise.cu", maps._EXPRS), ("reduce.cu", reduce._EXPRS), ("rows.cu", rows._EXPRS),
+    ("matmul.cu", ())])
+def test_every_source_compiles_without_a_gpu(file, exprs):
+    r = tf.compile_cuda(_build._source(file), arch="sm_90", options=["-std=c++17"],
+                        name_expressions=list(exprs) or None)
+    assert r.image and set(r.lowered_names) == set(exprs)
+
+
+def _poisoned(s, shape, dtype):
+    """An output pre-filled with NaN (or a sentinel for ints), so unwritten elements show."""
+    dt = np.dtype(dtype)
+    fill = np.nan if dt.kind == "f" else np.iinfo(dt).max
+    return s.upload(np.full(shape, fill, dtype=dt))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_fill_axpy_cast(session, rng, n):
+    y = _poisoned(session, (n,), np.float32)
+    k.fill(session, y, 1.25)
+    np.testing.assert_array_equal(session.download(y), np.full(n, 1.25, np.float32))
+    x64 = rng.standard_normal(n)
+    y64 = rng.standard_normal(n)
+    yd = session.upload(y64)
+    k.axpy(session, yd, session.upload(x64), -0.5)
+    np.testing.assert_allclose(session.download(yd), -0.5 * x64 + y64, rtol=1e-15, atol=1e-15)
+    x32 = x64.astype(np.float32)
+    h = _poisoned(session, (n,), np.float16)
+    k.cast(session, h, session.upload(x32))
+    np.testing.assert_array_equal(session.download(h), x32.astype(np.float16))
+    back = _poisoned(session, (n,), np.float64)
+    k.cast(session, back, session.upload(x32))
+    np.testing.assert_array_equal(session.download(back), x32.astype(np.float64))
+
+
+@pytest.mark.gpu
+def test_cast_to_bfloat16_rounds_like_ml_dtypes(session, rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = rng.standard_normal(1000).astype(np.float32) * 100
+    out = session.alloc_output((1000,), ml_dtypes.bfloat16)
+    k.cast(session, out, session.upload(x))
+    np.testing.assert_array_equal(session.download(out).astype(np.float32),
+                                  x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_fused_elementwise_map(session, rng, n):
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    out = _poisoned(session, (n,), np.float64)
+    k.elementwise(session, "a * x + sin(y) * y", out, x=session.upload(x),
+                  y=session.upload(y), a=3.0)
+    np.testing.assert_allclose(session.download(out), 3.0 * x + np.sin(y) * y, rtol=1e-14,
+                               atol=1e-14)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sum_and_max(session, rng, n, dtype):
+    x = rng.standard_normal(n)
+    xd = session.upload(x.astype(dtype))
+    total = session.download(k.sum(session, xd))
+    tol = (1e-6 if dtype == np.float32 else 1e-13) * max(1.0, np.abs(x).sum())
+    assert abs(float(total) - x.astype(dtype).astype(np.float64).sum()) <= tol
+    if n == 0:
+        with pytest.raises(tf.ValidationError, match=r"kernels\.max: x is empty"):
+            k.max(session, xd)
+    else:
+        assert float(session.download(k.max(session, xd))) == x.astype(dtype).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows_", "cols"), [(1, 1), (31, 33), (7, 4099), (1000, 257),
+                                             (3, 0)])
+def test_row_softmax(session, rng, rows_, cols):
+    x = rng.standard_normal((rows_, cols)) * 4
+    out = _poisoned(session, (rows_, cols), np.float32)
+    k.softmax(session, out, session.upload(x.astype(np.float32)))
+    e = np.exp(x - x.max(axis=1, keepdims=True)) if cols else x
+    want = e / e.sum(axis=1, keepdims=True) if cols else x
+    np.testing.assert_allclose(session.download(out), want, rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows_", "cols"), [(1, 1), (31, 33), (33, 31), (1025, 70), (0, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_transpose(session, rng, rows_, cols, dtype):
+    x = (rng.standard_normal((rows_, cols)) * 1000).astype(dtype)
+    out = _poisoned(session, (cols, rows_), dtype)
+    k.transpose(session, out, session.upload(x))
+    np.testing.assert_array_equal(session.download(out), x.T)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [*SIZES, 1024, 1025, 1024 * 1024 + 1])
+def test_inclusive_scan(session, rng, n):
+    x = rng.standard_normal(n)
+    out = _poisoned(session, (n,), np.float64)
+    k.cumsum(session, out, session.upload(x))
+    np.testing.assert_allclose(session.download(out), np.cumsum(x), rtol=1e-10, atol=1e-9)
+    xi = rng.integers(-1000, 1000, n, dtype=np.int32)
+    oi = _poisoned(session, (n,), np.int32)
+    k.cumsum(session, oi, session.upload(xi))
+    np.testing.assert_array_equal(session.download(oi), np.cumsum(xi, dtype=np.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "kk"), [(1, 1, 1), (31, 33, 17), (64, 64, 64),
+                                            (130, 257, 100), (256, 128, 512), (5, 7, 0)])
+def test_matmul_f32(session, rng, m, n, kk):
+    a, b = rng.standard_normal((m, kk)), rng.standard_normal((kk, n))
+    out = _poisoned(session, (m, n), np.float32)
+    k.matmul(session, out, session.upload(a.astype(np.float32)),
+             session.upload(b.astype(np.float32)))
+    want = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
+                               atol=1e-4 * np.sqrt(max(kk, 1)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "kk"), [(1, 1, 1), (31, 33, 17), (128, 128, 32),
+                                            (130, 257, 100), (256, 384, 512), (300, 200, 48)])
+def test_matmul_bf16_on_tensor_cores(session, rng, m, n, kk):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+    out = _poisoned(session, (m, n), np.float32)
+    k.matmul(session, out, session.upload(a), session.upload(b))
+    want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 inputs
+    np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
+                               atol=1e-5 * np.sqrt(kk))
+
+
+@pytest.mark.gpu
+def test_entry_points_refuse_bad_input(session):
+    f32 = session.upload(np.ones(8, np.float32))
+    f64 = session.upload(np.ones(8, np.float64))
+    i32 = session.upload(np.ones(8, np.int32))
+    ro = session.tensor(f32)
+    cases = [
+        (lambda: k.axpy(session, f32, f64, 1.0), tf.ValidationError,
+         r"kernels\.axpy: inputs\[0\] is f64, out is f32"),
+        (lambda: k.axpy(session, i32, i32, 1), tf.ValidationError,
+         r"kernels\.axpy: y is i32; axpy takes"),
+        (lambda: k.axpy(session, f32, session.upload(np.ones(9, np.float32)), 1.0),
+         tf.ValidationError, r"kernels\.axpy: inputs\[0\] has 9 elements, out has 8"),
+        (lambda: k.fill(session, i32, 2**40), tf.ValidationError, r"out of range|outside"),
+        (lambda: k.fill(session, f32, "x"), tf.ValidationError,
+         r"kernels\.fill: value='x' must be a number"),
+        (lambda: k.fill(session, ro, 1.0), tf.ValidationError, r"read-only"),
+        (lambda: k.cast(session, i32, f64), tf.ValidationError,
+         r"kernels\.cast: f64 -> i32 is not provided"),
+        (lambda: k.elementwise(session, "x + z", f32, x=f32), tf.ValidationError,
+         r"kernels\.elementwise: expr uses 'z'"),
+        (lambda: k.elementwise(session, "x +", session.upload(np.ones(8, np.float32)), x=f32),
+         tf.CompileError, r"kernels\.elementwise: expr 'x \+' did not compile"),
+        (lambda: k.softmax(session, f32, f32), tf.ValidationError,
+         r"kernels\.softmax: x must be 2-D"),
+        (lambda: k.transpose(session, session.upload(np.ones((2, 4), np.float32)),
+                             session.upload(np.ones((2, 4), np.float32))),
+         tf.ValidationError, r"kernels\.transpose: out must be f32\(4, 2\)"),
+        (lambda: k.cumsum(session, f64, f32), tf.ValidationError,
+         r"kernels\.cumsum: x must be 1-D and out of its shape and dtype"),
+        (lambda: k.matmul(session, session.upload(np.ones((2, 2), np.float32)),
+                          session.upload(np.ones((2, 3), np.float32)),
+                          session.upload(np.ones((2, 2), np.float32))),
+         tf.ValidationError, r"kernels\.matmul: a\(2, 3\) @ b\(2, 2\) needs"),
+        (lambda: k.max(session, i32), tf.ValidationError, r"kernels\.max: x is i32"),
+        (lambda: k.sum(session, np.ones(3)), tf.ValidationError, r"host memory"),
+    ]
+    for call, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            call()
