@@ -1,6 +1,7 @@
 """tenferro: write and launch your own CUDA kernels from Python, checked and fast."""
 
 from .args import KernelArg, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
+from .devices import device_count, local_device
 from .errors import (
     BackendError,
     CompileError,
@@ -20,6 +21,6 @@ __all__ = [
     "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Event", "Function",
     "KernelArg", "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session",
     "Tensor", "TenferroError", "TensorMut", "TensorRef", "ValidationError", "bf16",
-    "cache_stats", "compile_cuda", "f16", "f32", "f64", "from_dlpack", "i8", "i16", "i32",
-    "i64", "u8", "u16", "u32", "u64",
+    "cache_stats", "compile_cuda", "device_count", "f16", "f32", "f64", "from_dlpack", "i8",
+    "i16", "i32", "i64", "local_device", "u8", "u16", "u32", "u64",
 ]

@@ -299,6 +299,39 @@ def memcpy_dtod_async(dst: int, src: int, nbytes: int, stream: int, op: str) -> 
         _cu.CUdeviceptr(dst), _cu.CUdeviceptr(src), nbytes, _cu.CUstream(stream)))
 
 
+def memcpy_peer_async(dst: int, dst_ctx: int, src: int, src_ctx: int, nbytes: int,
+                      stream: int, op: str) -> None:
+    """Copy between the memory of two contexts (devices) on ``stream``.
+
+    The driver copies directly where peer access is enabled and stages the copy otherwise.
+    """
+    _check(op, _cu.cuMemcpyPeerAsync(_cu.CUdeviceptr(dst), _cu.CUcontext(dst_ctx),
+                                     _cu.CUdeviceptr(src), _cu.CUcontext(src_ctx), nbytes,
+                                     _cu.CUstream(stream)))
+
+
+_peer_enabled: set[tuple[int, int]] = set()
+
+
+def enable_peer_access(ctx: PrimaryContext, peer: PrimaryContext, op: str) -> bool:
+    """Let ``ctx`` (current) reach ``peer``'s memory directly where the hardware allows it.
+
+    Returns whether direct access is on; False means copies are staged by the driver.
+    """
+    key = (ctx.ordinal, peer.ordinal)
+    if ctx.ordinal == peer.ordinal or key in _peer_enabled:
+        return True
+    can = _check("cuDeviceCanAccessPeer", _cu.cuDeviceCanAccessPeer(ctx._dev, peer._dev))
+    if not can:
+        return False
+    err = _cu.cuCtxEnablePeerAccess(peer._ctx, 0)[0]
+    if err not in (_cu.CUresult.CUDA_SUCCESS,
+                   _cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+        raise _fail(op, err)
+    _peer_enabled.add(key)
+    return True
+
+
 def memset_d8_async(dst: int, value: int, nbytes: int, stream: int, op: str) -> None:
     """Set ``nbytes`` bytes to ``value`` on ``stream``."""
     _check(op, _cu.cuMemsetD8Async(_cu.CUdeviceptr(dst), value, nbytes, _cu.CUstream(stream)))

@@ -338,6 +338,60 @@ class Session:
             _driver.memcpy_dtod_async(d.ptr, s.ptr, d.nbytes, self._stream, op)
         self._held.append((d, s))
 
+    def copy_peer(self, dst: Any, src: Any) -> None:
+        """Copy ``src``, memory of another session (any device), into ``dst`` of this one.
+
+        ``src`` is a tf.Tensor or a span of another session, on this device or another one;
+        ``dst`` is writable memory of this session. The copy runs on this session's stream,
+        ordered after ``src``'s session stream with an event (no host sync); peer access is
+        enabled where the hardware allows it, and the driver stages the copy where it does
+        not. Sizes and dtypes must match, both sides compact. A later write to ``src`` from its
+        own session must wait for this copy: ``other.wait(s.record_event())``.
+        """
+        op = "session.copy_peer"
+        d = self._span(dst, TensorMut, None, False, f"{op}: dst")
+        if isinstance(src, Tensor):
+            other, ptr, nbytes, t, owner = src._session, src.ptr, src.nbytes, \
+                src.scalar_type, src
+            ctx = src._context
+        elif isinstance(src, Span) and src.session is not self:
+            other, ptr, nbytes, t, owner = src.session, src.ptr, src.nbytes, src.scalar_type, \
+                src.owner
+            ctx = other.context
+            if not src.is_c_contiguous:
+                raise ValidationError(f"{op}: src has non-compact strides={src.strides}")
+        else:
+            raise ValidationError(f"{op}: src must be a tf.Tensor or a span of another session, "
+                                  f"got {type(src).__name__}; use s.copy within one session")
+        if other is self:
+            raise ValidationError(f"{op}: src belongs to this session; use s.copy")
+        if d.nbytes != nbytes:
+            raise ValidationError(f"{op}: dst has {d.nbytes} bytes, src has {nbytes}")
+        if d.scalar_type is not t:
+            raise ValidationError(f"{op}: dst is {d.scalar_type.name}, src is {t.name}")
+        if other._open and other._thread is not None and other._faulted:
+            raise RuntimeStateError(f"{op}: src's session (device {other.device}) faulted")
+        self._refuse_in_capture(op, "ordering after another session's stream needs an event")
+        if other._open:  # order after the source session's work, device to device
+            # The event must belong to the source's context to be recorded on its stream; a
+            # stream may wait on an event of another context.
+            ctx.push()
+            try:
+                ev = _driver.event_create()
+                try:
+                    _driver.event_record(ev, other._stream, op)
+                    _driver.stream_wait_event(self._stream, ev, op)
+                finally:
+                    _driver.event_destroy(ev)  # released once the wait has been satisfied
+            finally:
+                ctx.pop()
+        if ctx.ordinal != self.device:
+            _driver.enable_peer_access(self.context, ctx, op)
+        if nbytes:
+            _driver.memcpy_peer_async(d.ptr, self.context.handle, ptr, ctx.handle, nbytes,
+                                      self._stream, op)
+        self._held.append((d, owner))
+
     # --- spans ---------------------------------------------------------------------------
 
     def tensor(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:

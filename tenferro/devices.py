@@ -1,0 +1,47 @@
+"""Which devices a process sees, and which one is this process's under a launcher.
+
+Device ordinals are the driver's, so they follow ``CUDA_VISIBLE_DEVICES``: with
+``CUDA_VISIBLE_DEVICES=2,3`` device 0 is the machine's third GPU. Under ``torchrun`` (or any
+launcher that sets ``LOCAL_RANK``) each process opens ``tf.Session(device=tf.local_device())``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _driver
+from .errors import RuntimeStateError, ValidationError
+
+__all__ = ["device_count", "local_device"]
+
+
+def device_count() -> int:
+    """How many devices the driver sees in this process (after ``CUDA_VISIBLE_DEVICES``)."""
+    _driver.ensure_init("tenferro.device_count")
+    return _driver.device_count()
+
+
+def local_device(env: str = "LOCAL_RANK", default: int = 0) -> int:
+    """The device for this process: the integer in environment variable ``env``, else ``default``.
+
+    Refused: a value that is not an integer >= 0 (ValidationError), and one past the devices
+    this process sees (RuntimeStateError, naming both; one process a GPU wants as many GPUs
+    visible as there are local ranks).
+    """
+    op = "tenferro.local_device"
+    raw = os.environ.get(env)
+    if raw is None:
+        ordinal = default
+    else:
+        try:
+            ordinal = int(raw)
+        except ValueError:
+            raise ValidationError(f"{op}: {env}={raw!r} is not an integer") from None
+    if ordinal < 0:
+        raise ValidationError(f"{op}: {env}={ordinal} must be >= 0")
+    count = device_count()
+    if ordinal >= count:
+        raise RuntimeStateError(f"{op}: {env}={ordinal} but this process sees {count} "
+                                f"device(s) (CUDA_VISIBLE_DEVICES="
+                                f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+    return ordinal
