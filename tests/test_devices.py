@@ -82,7 +82,7 @@ def test_copy_peer_between_sessions_bit_for_bit(device, rng):
                         s1.copy_peer(s1.alloc_output((1,), np.float64), src)
                     with pytest.raises(tf.ValidationError, match=r"session\.copy_peer: dst is "
                                                                  r"f32, src is f64"):
-                        s1.copy_peer(s1.alloc_output((123, 77), np.float32), src)
+                        s1.copy_peer(s1.alloc_output((123, 154), np.float32), src)
                     with pytest.raises(tf.ValidationError, match=r"session\.copy_peer: src must"
                                                                  r" be a tf\.Tensor"):
                         s1.copy_peer(d, a)

@@ -38,9 +38,9 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = ()) ->
 
 
 def grid_stride(s: Any, n: int, block: int = 256) -> LaunchConfig:
-    """A 1-D config for a grid-stride loop over ``n`` items: at most 8 blocks an SM."""
+    """A 1-D config for a grid-stride loop over ``n`` items: at most 32 blocks an SM."""
     sms = s.context.attribute("MULTIPROCESSOR_COUNT")
-    return LaunchConfig(max(1, min((n + block - 1) // block, sms * 8)), block)
+    return LaunchConfig(max(1, min((n + block - 1) // block, sms * 32)), block)
 
 
 def type_of(span: Any) -> dtypes.ScalarType:

@@ -5,6 +5,7 @@
 
 template <typename T>
 __global__ void fill(T* __restrict__ y, T value, unsigned long long n) {
+#pragma unroll 4
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
         y[i] = value;
@@ -30,6 +31,7 @@ template <> __device__ __forceinline__ float convert<float, __nv_bfloat16>(__nv_
 
 template <typename To, typename From>
 __global__ void cast(To* __restrict__ y, const From* __restrict__ x, unsigned long long n) {
+#pragma unroll 4
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
         y[i] = convert<To, From>(x[i]);
@@ -37,6 +39,7 @@ __global__ void cast(To* __restrict__ y, const From* __restrict__ x, unsigned lo
 
 template <typename T>
 __global__ void axpy(T* __restrict__ y, const T* __restrict__ x, T a, unsigned long long n) {
+#pragma unroll 4
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
         y[i] = a * x[i] + y[i];

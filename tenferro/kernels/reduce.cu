@@ -41,6 +41,7 @@ __device__ __forceinline__ void reduce_body(T* __restrict__ out, const T* __rest
                        T identity) {
     __shared__ T partial[32];
     T acc = identity;
+#pragma unroll 4
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
         acc = Op::apply(acc, x[i]);
