@@ -3,7 +3,9 @@
     source .whl/prelude.sh && python3 benchmarks/kernels.py --json $OUT/kernels.json
 
 Memory-bound kernels run on 256 MiB of float32 input; each figure is the median of REPS timed
-runs (CUDA events on the library's own stream, after a warm-up), reported as bandwidth
+batches of BATCH back-to-back calls (CUDA events on the library's own stream around the batch,
+after a warm-up), so the device time is measured and not the host's gap before one launch;
+reported as bandwidth
 (bytes read + written by the operation, counted once) and as a fraction of the H200's measured
 device-to-device copy bandwidth, COPY_TBS. The matrix multiply is reported in TFLOP/s and as a
 fraction of torch's (cuBLAS) for the same shapes and dtypes.
@@ -27,6 +29,7 @@ from tenferro import kernels as k
 
 COPY_TBS = 4.2
 REPS = 20
+BATCH = 10
 N = (256 << 20) // 4  # float32 elements in 256 MiB
 
 
@@ -36,10 +39,11 @@ def time_tf(s, fn):
     out = []
     for _ in range(REPS):
         a = s.record_event()
-        fn()
+        for _ in range(BATCH):
+            fn()
         b = s.record_event()
         b.synchronize()
-        out.append(a.elapsed_ms(b))
+        out.append(a.elapsed_ms(b) / BATCH)
     return statistics.median(out)
 
 
@@ -50,10 +54,11 @@ def time_torch(torch, fn):
     for _ in range(REPS):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(BATCH):
+            fn()
         b.record()
         b.synchronize()
-        out.append(a.elapsed_time(b))
+        out.append(a.elapsed_time(b) / BATCH)
     return statistics.median(out)
 
 
@@ -64,16 +69,22 @@ def time_cupy(cp, fn):
     for _ in range(REPS):
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record()
-        fn()
+        for _ in range(BATCH):
+            fn()
         b.record()
         b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b))
+        out.append(cp.cuda.get_elapsed_time(a, b) / BATCH)
     return statistics.median(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument("--sweep", action="store_true",
+                    help="time fill, axpy and sum at several blocks an SM, then stop")
+    ap.add_argument("--no-matmul", action="store_true")
+    ap.add_argument("--matmul-sweep", action="store_true",
+                    help="time every compiled bf16 tile shape at 4096 and 8192, then stop")
     ns = ap.parse_args()
     import cupy as cp
     import ml_dtypes
@@ -115,6 +126,32 @@ def main() -> int:
             ("cumsum", 2 * b4, lambda: k.cumsum(s, out, x), lambda: torch.cumsum(tx, 0),
              lambda: cp.cumsum(cx)),
         ]
+        if ns.matmul_sweep:
+            from tenferro.kernels import gemm
+
+            for size in (4096, 8192):
+                a = s.upload(rng.standard_normal((size, size), dtype=np.float32)
+                             .astype(ml_dtypes.bfloat16))
+                b = s.upload(rng.standard_normal((size, size), dtype=np.float32)
+                             .astype(ml_dtypes.bfloat16))
+                cm = s.alloc_output((size, size), np.float32)
+                ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+                t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
+                for tile in gemm.BF16_TILES:
+                    gemm.BF16_TILE = tile
+                    t = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
+                    print(f"matmul sweep {size} tile {tile}: {2 * size**3 / t / 1e9:6.1f} "
+                          f"TFLOP/s, {t_to / t:4.0%} of cuBLAS", flush=True)
+            return 0
+        if ns.sweep:
+            from tenferro.kernels import _build
+
+            for per_sm in (2, 4, 8, 16, 32, 64):
+                _build.BLOCKS_PER_SM = per_sm
+                for name, nbytes, f_tf, _, _ in (cases[0], cases[2], cases[4]):
+                    print(f"sweep {per_sm:3d} blocks/SM  {name:<8} "
+                          f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
+            return 0
         for name, nbytes, f_tf, f_torch, f_cp in cases:
             ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}
             if f_cp is not None:
@@ -132,7 +169,7 @@ def main() -> int:
                   f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x", flush=True)
         s.synchronize()
         mm = []
-        for dtype in ("bf16", "f32"):
+        for dtype in () if ns.no_matmul else ("bf16", "f32"):
             for m_, n_, k_ in ((4096, 4096, 4096), (8192, 8192, 8192)):
                 a_np = rng.standard_normal((m_, k_), dtype=np.float32)
                 b_np = rng.standard_normal((k_, n_), dtype=np.float32)
@@ -154,7 +191,8 @@ def main() -> int:
                       f"{row['fraction_of_cublas']:4.0%} of cuBLAS", flush=True)
                 s.synchronize()
     if ns.json:
-        meta = {"date": time.strftime("%Y-%m-%d"), "reps": REPS, "copy_TBs": COPY_TBS,
+        meta = {"date": time.strftime("%Y-%m-%d"), "reps": REPS, "batch": BATCH,
+                "copy_TBs": COPY_TBS,
                 "torch": torch.__version__, "cupy": cp.__version__,
                 "tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
         with open(ns.json, "w") as f:

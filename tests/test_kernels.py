@@ -5,18 +5,28 @@ import pytest
 
 import tenferro as tf
 from tenferro import kernels as k
-from tenferro.kernels import _build, maps, reduce, rows
+from tenferro.kernels import _build, gemm, maps, reduce, rows
 
 SIZES = [0, 1, 31, 33, (1 << 20) + 7]
 
 
 @pytest.mark.parametrize(("file", "exprs"), [
     ("elementwise.cu", maps._EXPRS), ("reduce.cu", reduce._EXPRS), ("rows.cu", rows._EXPRS),
-    ("matmul.cu", ())])
+    ("matmul.cu", gemm._EXPRS)])
 def test_every_source_compiles_without_a_gpu(file, exprs):
     r = tf.compile_cuda(_build._source(file), arch="sm_90", options=["-std=c++17"],
                         name_expressions=list(exprs) or None)
     assert r.image and set(r.lowered_names) == set(exprs)
+
+
+@pytest.mark.parametrize("ctype", ["float", "double"])
+def test_generated_fused_map_compiles_without_a_gpu(ctype):
+    params = [f"{ctype}* __restrict__ out_", f"const {ctype}* __restrict__ x_", f"{ctype} a",
+              f"const {ctype}* __restrict__ y_", "unsigned long long n__"]
+    src = maps._fused_source(ctype, params, ["x", "y"], "a * x + sin(y)")
+    assert "n__ / 4" in src
+    r = tf.compile_cuda(src, arch="sm_90")
+    assert r.image
 
 
 def _poisoned(s, shape, dtype):
@@ -44,6 +54,40 @@ def test_fill_axpy_cast(session, rng, n):
     back = _poisoned(session, (n,), np.float64)
     k.cast(session, back, session.upload(x32))
     np.testing.assert_array_equal(session.download(back), x32.astype(np.float64))
+
+
+def _shifted(tensor, n, typestr, itemsize):
+    """A view of elements 1..n of ``tensor``: its pointer is off the 4-element vector grid."""
+    from conftest import CAI
+
+    ptr = tensor.__cuda_array_interface__["data"][0] + itemsize
+    return CAI(ptr, (n,), typestr, keep=tensor)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 33, (1 << 16) + 5])
+def test_views_off_the_vector_grid_take_the_scalar_path(session, rng, n):
+    x64, y64 = rng.standard_normal(n + 1), rng.standard_normal(n + 1)
+    xd, yd = session.upload(x64), session.upload(y64)
+    k.axpy(session, _shifted(yd, n, "<f8", 8), _shifted(xd, n, "<f8", 8), 2.5)
+    want = y64.copy()
+    want[1:] = 2.5 * x64[1:] + y64[1:]
+    np.testing.assert_allclose(session.download(yd), want, rtol=1e-15, atol=1e-15)
+    out = _poisoned(session, (n + 1,), np.float64)
+    k.elementwise(session, "x * y", _shifted(out, n, "<f8", 8), x=_shifted(xd, n, "<f8", 8),
+                  y=session.upload(y64[:n]))
+    got = session.download(out)
+    assert np.isnan(got[0])
+    np.testing.assert_allclose(got[1:], session.download(xd)[1:] * y64[:n], rtol=1e-15)
+    x32 = session.upload(x64.astype(np.float32))
+    h = _poisoned(session, (n + 1,), np.float16)
+    k.cast(session, _shifted(h, n, "<f2", 2), _shifted(x32, n, "<f4", 4))
+    np.testing.assert_array_equal(session.download(h)[1:], x64[1:].astype(np.float32)
+                                  .astype(np.float16))
+    k.fill(session, _shifted(x32, n, "<f4", 4), 0.75)
+    np.testing.assert_array_equal(session.download(x32)[1:], np.full(n, 0.75, np.float32))
+    got = float(session.download(k.sum(session, _shifted(xd, n, "<f8", 8))))
+    np.testing.assert_allclose(got, session.download(xd)[1:].sum(), rtol=1e-12)
 
 
 @pytest.mark.gpu
@@ -84,8 +128,12 @@ def test_sum_and_max(session, rng, n, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rows_", "cols"), [(1, 1), (31, 33), (7, 4099), (1000, 257),
-                                             (3, 0)])
+@pytest.mark.parametrize(("rows_", "cols"), [
+    (1, 1), (31, 33), (1000, 257), (3, 0),
+    (7, 4099),     # row cached in shared memory, one float at a time
+    (5, 4096),     # cached, float4 accesses
+    (2, 20001),    # cached above 48 KiB (the opt-in shared memory)
+    (3, 70001)])   # beyond the opt-in limit: the three-pass kernel
 def test_row_softmax(session, rng, rows_, cols):
     x = rng.standard_normal((rows_, cols)) * 4
     out = _poisoned(session, (rows_, cols), np.float32)
@@ -106,7 +154,7 @@ def test_transpose(session, rng, rows_, cols, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [*SIZES, 1024, 1025, 1024 * 1024 + 1])
+@pytest.mark.parametrize("n", [*SIZES, 4095, 4096, 4097, 3 * 4096 + 1, (1 << 24) + 3])
 def test_inclusive_scan(session, rng, n):
     x = rng.standard_normal(n)
     out = _poisoned(session, (n,), np.float64)
@@ -116,6 +164,13 @@ def test_inclusive_scan(session, rng, n):
     oi = _poisoned(session, (n,), np.int32)
     k.cumsum(session, oi, session.upload(xi))
     np.testing.assert_array_equal(session.download(oi), np.cumsum(xi, dtype=np.int32))
+    x32 = rng.standard_normal(n).astype(np.float32)
+    o32 = _poisoned(session, (n,), np.float32)
+    k.cumsum(session, o32, session.upload(x32))
+    err = np.abs(session.download(o32) - np.cumsum(x32.astype(np.float64)))
+    # f32 partial sums drift like sqrt(i) ulps of the running magnitude (NaN fails too)
+    tol = 4e-5 * np.sqrt(np.arange(1, n + 1)) + 1e-5
+    assert not (err > tol).any() and not np.isnan(err).any(), (err - tol).max(initial=0)
 
 
 @pytest.mark.gpu
@@ -132,10 +187,14 @@ def test_matmul_f32(session, rng, m, n, kk):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "n", "kk"), [(1, 1, 1), (31, 33, 17), (128, 128, 32),
-                                            (130, 257, 100), (256, 384, 512), (300, 200, 48)])
-def test_matmul_bf16_on_tensor_cores(session, rng, m, n, kk):
+@pytest.mark.parametrize("tile", gemm.BF16_TILES)
+@pytest.mark.parametrize(("m", "n", "kk"), [
+    (1, 1, 1), (31, 33, 17), (130, 257, 100),  # the any-shape kernel
+    (128, 128, 32), (256, 384, 512), (300, 200, 48), (1, 8, 8),  # pipelined: K, N % 8 == 0
+    (1000, 520, 1000), (129, 264, 40)])  # partial tiles on every side
+def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, tile, m, n, kk):
     ml_dtypes = pytest.importorskip("ml_dtypes")
+    monkeypatch.setattr(gemm, "BF16_TILE", tile)
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
     out = _poisoned(session, (m, n), np.float32)

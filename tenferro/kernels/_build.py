@@ -37,10 +37,19 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = ()) ->
     return mod.function(name)
 
 
-def grid_stride(s: Any, n: int, block: int = 256) -> LaunchConfig:
-    """A 1-D config for a grid-stride loop over ``n`` items: at most 32 blocks an SM."""
+# Blocks a multiprocessor for grid-stride loops: 256-thread blocks, 2048 resident threads an
+# SM, so 8 is one full wave. Measured on the H200 by benchmarks/kernels.py --sweep.
+BLOCKS_PER_SM = 8
+
+
+def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1) -> LaunchConfig:
+    """A 1-D config for a grid-stride loop over ``n`` items, ``per_thread`` a thread a step.
+
+    No more blocks than the items need, and at most ``BLOCKS_PER_SM`` a multiprocessor.
+    """
     sms = s.context.attribute("MULTIPROCESSOR_COUNT")
-    return LaunchConfig(max(1, min((n + block - 1) // block, sms * 32)), block)
+    threads = (n + per_thread - 1) // per_thread
+    return LaunchConfig(max(1, min((threads + block - 1) // block, sms * BLOCKS_PER_SM)), block)
 
 
 def type_of(span: Any) -> dtypes.ScalarType:

@@ -1,4 +1,4 @@
-"""Tiled matrix multiply: float32 on the CUDA cores, bfloat16 on the tensor cores (wmma)."""
+"""Tiled matrix multiply: float32 on the CUDA cores, bfloat16 on the tensor cores (mma.sync)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,23 @@ from ._build import function
 __all__ = ["matmul"]
 
 _FILE = "matmul.cu"
+# bf16 tile shapes (BM, BN, warps along M, warps along N, pipeline stages, BK) that are
+# compiled; BF16_TILE is the one used, chosen on the H200 by benchmarks/kernels.py
+# --matmul-sweep.
+BF16_TILES = ((128, 128, 2, 2, 4, 32), (128, 128, 2, 2, 3, 64), (128, 128, 2, 2, 4, 64),
+              (256, 128, 4, 2, 3, 32), (128, 256, 2, 4, 3, 64))
+BF16_TILE = BF16_TILES[0]
+_PIPELINED = tuple("matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}>".format(*t)
+                   for t in BF16_TILES)
+_EXPRS = ("matmul_f32", "matmul_bf16", *_PIPELINED)
 
 
 def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out f32 (M, N).
 
-    bf16 inputs multiply on the tensor cores with float32 accumulation.
+    bf16 inputs multiply on the tensor cores with float32 accumulation; where K and N are
+    multiples of 8 and a and b are 16-byte aligned, through the pipelined kernel (cp.async,
+    ldmatrix), else through a simpler one that takes any shape.
     """
     op = "kernels.matmul"
     om, ar, br = s.tensor_mut(out), s.tensor(a), s.tensor(b)
@@ -39,9 +50,20 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
 
         fill(s, om, 0.0)
         return
+    if ta == "bf16" and k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 \
+            and om.ptr % 8 == 0:
+        bm, bn, wm, wn, stages, bk = BF16_TILE
+        if (m + bm - 1) // bm > 65535:
+            raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
+        fn = function(s, _FILE, _PIPELINED[BF16_TILES.index(BF16_TILE)], _EXPRS)
+        smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
+        s.launch(fn, LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), 32 * wm * wn,
+                                  shared_mem_bytes=smem),
+                 [om, ar, br, u32(m), u32(n), u32(k)])
+        return
     tile = 64 if ta == "f32" else 128
     if (m + tile - 1) // tile > 65535:
         raise ValidationError(f"{op}: M={m} is above {65535 * tile}")
-    fn = function(s, _FILE, f"matmul_{ta}")
+    fn = function(s, _FILE, f"matmul_{ta}", _EXPRS)
     s.launch(fn, LaunchConfig(((n + tile - 1) // tile, (m + tile - 1) // tile), 256),
              [om, ar, br, u32(m), u32(n), u32(k)])

@@ -131,3 +131,123 @@ matmul_bf16(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
                 if (gn + 1 < N) row[gn + 1] = acc[i][j][2 * h + 1];
             }
 }
+
+// bfloat16 at the tensor cores' pace: the same mma.sync.m16n8k16, fed by cp.async copies into
+// a STAGES-deep ring of shared-memory tiles (the copies of the next tiles run while this one
+// multiplies) and by ldmatrix (four 8x8 fragments a warp instruction; .trans gives B's column
+// fragments from its row-major tile). Rows are padded by 16 bytes, which keeps every ldmatrix
+// row 16-byte aligned and its eight rows on distinct banks. Needs K % 8 == 0, N % 8 == 0 and
+// 16-byte aligned A and B (every 16-byte chunk then lies wholly inside or outside the matrix;
+// outside chunks are zero-filled by cp.async's source size of 0); matmul() checks that and
+// takes matmul_bf16 otherwise.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(inside ? 16 : 0));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int BK>
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N)
+matmul_bf16_pipelined(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
+                      const __nv_bfloat16* __restrict__ B, unsigned M, unsigned N, unsigned K) {
+    constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+    constexpr int AS = BK + 8, BS = BN + 8;  // padded row strides, in elements
+    constexpr int A_STAGE = BM * AS, B_STAGE = BK * BS;
+    constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N, MI = WTM / 16, NI = WTN / 8;
+    static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tiles are whole 16x16 fragments");
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem);
+    __nv_bfloat16* Bs = As + STAGES * A_STAGE;
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const unsigned wm = warp / WARPS_N, wn = warp % WARPS_N;
+    // Blocks run in groups of 8 block-rows, column by column, so the A rows and B columns
+    // that neighbouring blocks share are read while they are still in L2.
+    const unsigned pid = blockIdx.y * gridDim.x + blockIdx.x, per_group = 8 * gridDim.x;
+    const unsigned first = pid / per_group * 8, rows_in_group = min(gridDim.y - first, 8u);
+    const unsigned m0 = (first + pid % per_group % rows_in_group) * BM;
+    const unsigned n0 = pid % per_group / rows_in_group * BN;
+    const unsigned tiles = (K + BK - 1) / BK;
+    float acc[MI][NI][4] = {};
+
+    auto load = [&](int slot, unsigned tile) {
+        const unsigned k0 = tile * BK;
+        __nv_bfloat16* as = As + slot * A_STAGE;
+        __nv_bfloat16* bs = Bs + slot * B_STAGE;
+#pragma unroll
+        for (int e = threadIdx.x; e < BM * BK / 8; e += THREADS) {
+            const unsigned r = e / (BK / 8), c = (e % (BK / 8)) * 8, gm = m0 + r, gk = k0 + c;
+            const bool inside = gm < M && gk < K;
+            cp_async16(as + r * AS + c, inside ? A + (unsigned long long)gm * K + gk : A, inside);
+        }
+#pragma unroll
+        for (int e = threadIdx.x; e < BK * BN / 8; e += THREADS) {
+            const unsigned r = e / (BN / 8), c = (e % (BN / 8)) * 8, gk = k0 + r, gn = n0 + c;
+            const bool inside = gk < K && gn < N;
+            cp_async16(bs + r * BS + c, inside ? B + (unsigned long long)gk * N + gn : B, inside);
+        }
+    };
+
+    // One commit group a tile, empty past the last, so wait_group counts tiles exactly.
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) {
+        if (t < tiles) load(t, t);
+        asm volatile("cp.async.commit_group;\n");
+    }
+    for (unsigned t = 0; t < tiles; ++t) {
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+        __syncthreads();  // tile t landed for every thread; slot (t - 1) % STAGES is free
+        if (t + STAGES - 1 < tiles) load((t + STAGES - 1) % STAGES, t + STAGES - 1);
+        asm volatile("cp.async.commit_group;\n");
+        const __nv_bfloat16* as = As + (t % STAGES) * A_STAGE;
+        const __nv_bfloat16* bs = Bs + (t % STAGES) * B_STAGE;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned a[MI][4], b[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i)  // lanes 0-15 address rows 0-15 at k, 16-31 at k + 8
+                ldmatrix_x4(a[i], as + (wm * WTM + i * 16 + (lane & 15)) * AS + kk +
+                                      (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < NI; j += 2) {  // k rows 0-15, n columns j*8 and j*8 + 8
+                unsigned r[4];
+                ldmatrix_x4_trans(r, bs + (kk + (lane & 15)) * BS + wn * WTN + j * 8 +
+                                         (lane >> 4) * 8);
+                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
+                          "+f"(acc[i][j][3])
+                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
+                          "r"(b[j][0]), "r"(b[j][1]));
+        }
+    }
+    asm volatile("cp.async.wait_all;\n");
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // c0,c1 at row g; c2,c3 at row g + 8
+                const unsigned gm = m0 + wm * WTM + i * 16 + lane / 4 + h * 8;
+                const unsigned gn = n0 + wn * WTN + j * 8 + (lane % 4) * 2;
+                if (gm < M && gn < N)  // N % 8 == 0: gn < N implies gn + 1 < N
+                    *reinterpret_cast<float2*>(C + (unsigned long long)gm * N + gn) =
+                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            }
+}

@@ -36,15 +36,41 @@ template <> struct Max<double> {
     }
 };
 
+template <typename T> struct alignas(4 * sizeof(T)) Pack4 { T v[4]; };
+
 template <typename T, typename Op>
-__device__ __forceinline__ void reduce_body(T* __restrict__ out, const T* __restrict__ x, unsigned long long n,
-                       T identity) {
+__device__ __forceinline__ void reduce_body(T* __restrict__ out, const T* __restrict__ x,
+                                            unsigned long long n, T identity) {
     __shared__ T partial[32];
-    T acc = identity;
-#pragma unroll 4
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x)
-        acc = Op::apply(acc, x[i]);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    // Where x is aligned to four elements, one vector load a step feeds four independent
+    // accumulators; the rest (n % 4, or all of an unaligned x) folds one element a step.
+    T a[4] = {identity, identity, identity, identity};
+    unsigned long long head = 0;
+    if (reinterpret_cast<unsigned long long>(x) % sizeof(Pack4<T>) == 0) {
+        const Pack4<T>* xv = reinterpret_cast<const Pack4<T>*>(x);
+        const unsigned long long packs = n / 4;
+        unsigned long long g = tid;
+        // Four packs a step, all loaded before any is folded: four loads in flight a thread.
+        for (; g + 3 * stride < packs; g += 4 * stride) {
+            Pack4<T> p[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) p[u] = xv[g + u * stride];
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                a[q] = Op::apply(a[q], Op::apply(Op::apply(p[0].v[q], p[1].v[q]),
+                                                 Op::apply(p[2].v[q], p[3].v[q])));
+        }
+        for (; g < packs; g += stride) {
+            Pack4<T> p = xv[g];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) a[q] = Op::apply(a[q], p.v[q]);
+        }
+        head = n / 4 * 4;
+    }
+    for (unsigned long long i = head + tid; i < n; i += stride) a[0] = Op::apply(a[0], x[i]);
+    T acc = Op::apply(Op::apply(a[0], a[1]), Op::apply(a[2], a[3]));
     for (int o = 16; o > 0; o >>= 1) acc = Op::apply(acc, __shfl_down_sync(0xffffffffu, acc, o));
     unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) partial[warp] = acc;

@@ -28,7 +28,7 @@ def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
     fill(s, out, 0.0 if kind == "sum" else float("-inf"))
     if xr.size:
         fn = function(s, _FILE, f"reduce_{kind}<{C_TYPES[t.name]}>", _EXPRS)
-        s.launch(fn, grid_stride(s, xr.size), [s.tensor_mut(out), xr, u64(xr.size)])
+        s.launch(fn, grid_stride(s, xr.size, per_thread=4), [s.tensor_mut(out), xr, u64(xr.size)])
     return out
 
 

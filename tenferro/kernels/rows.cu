@@ -38,6 +38,49 @@ extern "C" __global__ void softmax_rows_f32(float* __restrict__ y, const float* 
     }
 }
 
+// The same softmax with the row kept in dynamic shared memory: x is read once and y written
+// once (the three-pass kernel above reads x three times), and exp is taken once an element.
+// V is float, or float4 where cols % 4 == 0 and both pointers are 16-byte aligned.
+__device__ __forceinline__ float hmax(float v) { return v; }
+__device__ __forceinline__ float hmax(float4 v) { return fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)); }
+__device__ __forceinline__ float exp_minus(float& v, float m) { v = expf(v - m); return v; }
+__device__ __forceinline__ float exp_minus(float4& v, float m) {
+    v.x = expf(v.x - m); v.y = expf(v.y - m); v.z = expf(v.z - m); v.w = expf(v.w - m);
+    return (v.x + v.y) + (v.z + v.w);
+}
+__device__ __forceinline__ float scaled(float v, float k) { return v * k; }
+__device__ __forceinline__ float4 scaled(float4 v, float k) {
+    return make_float4(v.x * k, v.y * k, v.z * k, v.w * k);
+}
+
+template <typename V>
+__global__ void softmax_rows_cached(float* __restrict__ y, const float* __restrict__ x,
+                                    unsigned rows, unsigned cols) {
+    extern __shared__ __align__(16) unsigned char cache_bytes[];
+    V* cache = reinterpret_cast<V*>(cache_bytes);
+    __shared__ float shared32[32];
+    const unsigned units = cols / (sizeof(V) / sizeof(float));
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        const V* xr = reinterpret_cast<const V*>(x + (unsigned long long)r * cols);
+        V* yr = reinterpret_cast<V*>(y + (unsigned long long)r * cols);
+        // Each thread touches the same units of the cache in every pass, so the passes need
+        // no barrier of their own; block_fold's barriers order the rows.
+        float m = NEG_INF;
+#pragma unroll 4
+        for (unsigned c = threadIdx.x; c < units; c += blockDim.x) {
+            V v = xr[c];
+            cache[c] = v;
+            m = fmaxf(m, hmax(v));
+        }
+        m = block_fold<true>(m, shared32);
+        float s = 0.0f;
+        for (unsigned c = threadIdx.x; c < units; c += blockDim.x) s += exp_minus(cache[c], m);
+        s = block_fold<false>(s, shared32);
+        const float inv = 1.0f / s;
+        for (unsigned c = threadIdx.x; c < units; c += blockDim.x) yr[c] = scaled(cache[c], inv);
+    }
+}
+
 // y (cols x rows) = x (rows x cols)^T through a 32x33 shared tile (the pad avoids bank
 // conflicts on the column reads); blocks of 32x8 threads, each thread moves 4 elements.
 template <typename T>
@@ -56,38 +99,108 @@ __global__ void transpose(T* __restrict__ y, const T* __restrict__ x, unsigned r
     }
 }
 
-// Inclusive scan of 1024-element chunks, one chunk a block of 1024 threads; the chunk totals
-// go to sums[blockIdx.x] for the next level.
-template <typename T>
-__global__ void scan_chunks(T* __restrict__ y, const T* __restrict__ x, T* __restrict__ sums,
-                            unsigned long long n) {
-    __shared__ T warp_totals[32];
-    unsigned long long i = blockIdx.x * 1024ull + threadIdx.x;
-    T v = i < n ? x[i] : T(0);
-    unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 1; o < 32; o <<= 1) {
-        T u = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += u;
-    }
-    if (lane == 31) warp_totals[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        T t = warp_totals[lane];
-        for (int o = 1; o < 32; o <<= 1) {
-            T u = __shfl_up_sync(0xffffffffu, t, o);
-            if (lane >= o) t += u;
-        }
-        warp_totals[lane] = t;
-    }
-    __syncthreads();
-    if (warp > 0) v += warp_totals[warp - 1];
-    if (i < n) y[i] = v;
-    if (threadIdx.x == 1023 && sums) sums[blockIdx.x] = v;
+// Inclusive scan in one pass (x read once, y written once) by decoupled look-back: each block
+// takes the next tile of SCAN_TILE elements in the order blocks start (an atomic ticket, so a
+// tile only ever waits on tiles whose blocks are already running), scans it in shared memory,
+// publishes its total (flag 1), adds the totals of its predecessors back to the first one that
+// has published an inclusive prefix (flag 2), and publishes its own. state[0] is the ticket
+// counter and state[1 + t] tile t's flag, all zero at the launch; sums[2t] and sums[2t + 1] are
+// tile t's total and inclusive prefix. A value is written before its flag, with a fence
+// between, and read after the flag, with a fence between, from L2 (__ldcg).
+constexpr unsigned SCAN_THREADS = 256, SCAN_ITEMS = 16, SCAN_TILE = SCAN_THREADS * SCAN_ITEMS;
+__device__ __forceinline__ unsigned padded(unsigned i) { return i + i / 32; }
+template <typename T> __device__ __forceinline__ T warp_total(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
-// y[i] += offsets[chunk - 1] for every chunk but the first.
 template <typename T>
-__global__ void scan_add(T* __restrict__ y, const T* __restrict__ offsets, unsigned long long n) {
-    unsigned long long i = (blockIdx.x + 1) * 1024ull + threadIdx.x;
-    if (i < n) y[i] += offsets[blockIdx.x];
+__global__ void __launch_bounds__(SCAN_THREADS)
+scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned* state,
+                 T* sums, unsigned long long n) {
+    __shared__ T buf[SCAN_TILE + SCAN_TILE / 32];
+    __shared__ T warp_totals[SCAN_THREADS / 32];
+    __shared__ unsigned ticket;
+    __shared__ T tile_prefix;
+    if (threadIdx.x == 0) ticket = atomicAdd(state, 1u);
+    __syncthreads();
+    const unsigned t = ticket;
+    const unsigned long long base = (unsigned long long)t * SCAN_TILE;
+#pragma unroll
+    for (unsigned j = 0; j < SCAN_ITEMS; ++j) {  // coalesced loads, striped over the block
+        const unsigned e = j * SCAN_THREADS + threadIdx.x;
+        buf[padded(e)] = base + e < n ? x[base + e] : T(0);
+    }
+    __syncthreads();
+    T v[SCAN_ITEMS];  // each thread scans SCAN_ITEMS consecutive elements
+#pragma unroll
+    for (unsigned j = 0; j < SCAN_ITEMS; ++j) v[j] = buf[padded(threadIdx.x * SCAN_ITEMS + j)];
+#pragma unroll
+    for (unsigned j = 1; j < SCAN_ITEMS; ++j) v[j] += v[j - 1];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    T run = v[SCAN_ITEMS - 1];
+    for (int o = 1; o < 32; o <<= 1) {
+        const T u = __shfl_up_sync(0xffffffffu, run, o);
+        if (lane >= o) run += u;
+    }
+    T before = __shfl_up_sync(0xffffffffu, run, 1);  // what this warp's earlier lanes hold
+    if (lane == 0) before = T(0);
+    if (lane == 31) warp_totals[warp] = run;
+    __syncthreads();
+    if (warp == 0) {
+        // The block's total and each warp's exclusive prefix, by a shuffle scan of the totals.
+        const T wt = lane < SCAN_THREADS / 32 ? warp_totals[lane] : T(0);
+        T wincl = wt;
+        for (int o = 1; o < 32; o <<= 1) {
+            const T u = __shfl_up_sync(0xffffffffu, wincl, o);
+            if (lane >= o) wincl += u;
+        }
+        const T total = __shfl_sync(0xffffffffu, wincl, SCAN_THREADS / 32 - 1);
+        const T wexcl = __shfl_up_sync(0xffffffffu, wincl, 1);
+        __syncwarp();
+        if (lane < SCAN_THREADS / 32) warp_totals[lane] = lane == 0 ? T(0) : wexcl;
+        volatile unsigned* flags = state + 1;
+        T prefix = T(0);
+        if (t > 0) {
+            if (lane == 0) {
+                sums[2 * t] = total;
+                __threadfence();
+                flags[t] = 1u;
+            }
+            // Look back 32 tiles at once, lane l at tile top - l, until the nearest tile with
+            // an inclusive prefix (tile 0 always gets one; lanes before it count as zero).
+            for (long long top = (long long)t - 1;; top -= 32) {
+                const long long p = top - lane;
+                unsigned f = 2u;
+                if (p >= 0)
+                    while ((f = flags[p]) == 0u) {}
+                __threadfence();
+                T v = T(0);
+                if (p >= 0) v = __ldcg(&sums[2 * p + (f == 2u)]);
+                const unsigned inclusive = __ballot_sync(0xffffffffu, f == 2u);
+                if (inclusive) {  // the lowest such lane is the nearest such tile
+                    if (lane > __ffs(inclusive) - 1) v = T(0);
+                    prefix += warp_total(v);
+                    break;
+                }
+                prefix += warp_total(v);
+            }
+        }
+        if (lane == 0) {
+            sums[2 * t + 1] = prefix + total;
+            __threadfence();
+            flags[t] = 2u;
+            tile_prefix = prefix;
+        }
+    }
+    __syncthreads();
+    const T add = tile_prefix + warp_totals[warp] + before;
+#pragma unroll
+    for (unsigned j = 0; j < SCAN_ITEMS; ++j) buf[padded(threadIdx.x * SCAN_ITEMS + j)] = v[j] + add;
+    __syncthreads();
+#pragma unroll
+    for (unsigned j = 0; j < SCAN_ITEMS; ++j) {
+        const unsigned e = j * SCAN_THREADS + threadIdx.x;
+        if (base + e < n) y[base + e] = buf[padded(e)];
+    }
 }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tenferro import LaunchConfig, ValidationError, u32, u64
 
 from ._build import C_TYPES, function
@@ -13,9 +15,10 @@ __all__ = ["cumsum", "softmax", "transpose"]
 _FILE = "rows.cu"
 _T_TYPES = ("f32", "f64", "i32")
 _S_TYPES = ("f32", "f64", "i32")
-_EXPRS = tuple(f"transpose<{C_TYPES[t]}>" for t in _T_TYPES) + tuple(
-    f"scan_{k}<{C_TYPES[t]}>" for k in ("chunks", "add") for t in _S_TYPES)
-_CHUNK = 1024
+_SOFTMAX = ("softmax_rows_cached<float>", "softmax_rows_cached<float4>")
+_EXPRS = _SOFTMAX + tuple(f"transpose<{C_TYPES[t]}>" for t in _T_TYPES) + tuple(
+    f"scan_single_pass<{C_TYPES[t]}>" for t in _S_TYPES)
+_SCAN_TILE = 4096  # SCAN_TILE of rows.cu
 
 
 def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
@@ -39,9 +42,17 @@ def softmax(s: Any, out: Any, x: Any) -> None:
         raise ValidationError(f"{op}: x is {xr.scalar_type.name}; softmax takes f32")
     if rows == 0 or cols == 0:
         return
-    fn = function(s, _FILE, "softmax_rows_f32", _EXPRS)
     block = 1024 if cols >= 4096 else 256 if cols >= 256 else 32 * ((cols + 31) // 32)
-    s.launch(fn, LaunchConfig(min(rows, 65535 * 32), block), [om, xr, u32(rows), u32(cols)])
+    config = LaunchConfig(min(rows, 65535 * 32), block)
+    cache = cols * 4
+    if cache <= s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - 1024:
+        # The row fits in shared memory: one read of x, one write of y.
+        vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
+        fn = function(s, _FILE, _SOFTMAX[vec], _EXPRS)
+        config = LaunchConfig(config.grid, block, shared_mem_bytes=cache)
+    else:
+        fn = function(s, _FILE, "softmax_rows_f32", _EXPRS)
+    s.launch(fn, config, [om, xr, u32(rows), u32(cols)])
 
 
 def transpose(s: Any, out: Any, x: Any) -> None:
@@ -67,8 +78,9 @@ def transpose(s: Any, out: Any, x: Any) -> None:
 def cumsum(s: Any, out: Any, x: Any) -> None:
     """Inclusive prefix sum of a 1-D ``x`` (f32, f64 or i32) into ``out``, any length.
 
-    Chunks of 1024 are scanned in shared memory; their totals are scanned the same way (one
-    level per factor of 1024) and added back. i32 wraps on overflow, as in C.
+    One pass over x and y (decoupled look-back over tiles of 4096); float sums are added in
+    tile order but not left to right, so they can differ from numpy's in the last bits.
+    i32 wraps on overflow, as in C.
     """
     op = "kernels.cumsum"
     om, xr = s.tensor_mut(out), s.tensor(x)
@@ -85,12 +97,12 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    chunks = (n + _CHUNK - 1) // _CHUNK
-    sums = s.alloc_output((chunks,), t.numpy)
-    scan = function(s, _FILE, f"scan_chunks<{C_TYPES[t.name]}>", _EXPRS)
-    s.launch(scan, LaunchConfig(chunks, _CHUNK), [om, xr, s.tensor_mut(sums), u64(n)])
-    if chunks > 1:
-        offsets = s.alloc_output((chunks,), t.numpy)
-        _scan(s, s.tensor_mut(offsets), s.tensor(sums), t, chunks)
-        add = function(s, _FILE, f"scan_add<{C_TYPES[t.name]}>", _EXPRS)
-        s.launch(add, LaunchConfig(chunks - 1, _CHUNK), [om, s.tensor(offsets), u64(n)])
+    tiles = (n + _SCAN_TILE - 1) // _SCAN_TILE
+    if tiles >= 1 << 32:
+        raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
+                              f"{((1 << 32) - 1) * _SCAN_TILE}")
+    state = s.alloc_zeros((tiles + 1,), np.uint32)  # ticket counter, then one flag a tile
+    sums = s.alloc_output((2 * tiles,), t.numpy)
+    fn = function(s, _FILE, f"scan_single_pass<{C_TYPES[t.name]}>", _EXPRS)
+    s.launch(fn, LaunchConfig(tiles, 256), [om, xr, s.tensor_mut(state), s.tensor_mut(sums),
+                                            u64(n)])
