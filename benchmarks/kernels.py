@@ -3,9 +3,10 @@
     source .whl/prelude.sh && python3 benchmarks/kernels.py --json $OUT/kernels.json
 
 Memory-bound kernels run on 256 MiB of float32 input; each figure is the median of REPS timed
-batches of BATCH back-to-back calls (CUDA events on the library's own stream around the batch,
-after a warm-up), so the device time is measured and not the host's gap before one launch;
-reported as bandwidth
+batches of BATCH back-to-back calls, each batch enqueued behind a ~5 ms spin kernel on the
+library's own stream, with CUDA events around the batch: the device's time is measured, not the
+host's gaps between launches (the host's enqueue time a call is printed beside it); reported as
+bandwidth
 (bytes read + written by the operation, counted once) and as a fraction of the H200's measured
 device-to-device copy bandwidth, COPY_TBS. The matrix multiply is reported in TFLOP/s and as a
 fraction of torch's (cuBLAS) for the same shapes and dtypes.
@@ -33,48 +34,76 @@ BATCH = 10
 N = (256 << 20) // 4  # float32 elements in 256 MiB
 
 
-def time_tf(s, fn):
+SPIN_SRC = r"""
+extern "C" __global__ void spin(unsigned long long cycles) {
+    unsigned long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}"""
+SPIN_CYCLES = 10_000_000  # about 5 ms at the H200's clock: longer than any batch's enqueue
+HOST = {}  # op label -> host microseconds a call, filled by the timers
+
+
+def _timed(label, fn, spin, record, elapsed_ms):
+    """Median device ms a call over REPS batches, each queued behind a spin kernel.
+
+    The batch is enqueued while the spin runs, so the events around it time the device's
+    work alone, not the host's gaps between launches; the enqueue time is kept in HOST.
+    """
     for _ in range(3):
         fn()
-    out = []
+    dev, host = [], []
     for _ in range(REPS):
-        a = s.record_event()
+        spin()
+        a = record()
+        t0 = time.perf_counter()
         for _ in range(BATCH):
             fn()
-        b = s.record_event()
+        host.append((time.perf_counter() - t0) / BATCH * 1e6)
+        b = record()
+        dev.append(elapsed_ms(a, b) / BATCH)
+    HOST[label] = statistics.median(host)
+    return statistics.median(dev)
+
+
+def time_tf(s, fn, label="tenferro"):
+    spin_fn = s.resource(("bench.spin",), lambda ss: ss.compile(SPIN_SRC)).function("spin")
+
+    def elapsed(a, b):
         b.synchronize()
-        out.append(a.elapsed_ms(b) / BATCH)
-    return statistics.median(out)
+        return a.elapsed_ms(b)
+
+    return _timed(label, fn, lambda: s.launch(spin_fn, tf.LaunchConfig(1, 1),
+                                              [tf.u64(SPIN_CYCLES)]),
+                  s.record_event, elapsed)
 
 
-def time_torch(torch, fn):
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(BATCH):
-            fn()
-        b.record()
+def time_torch(torch, fn, label="torch"):
+    def record():
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def elapsed(a, b):
         b.synchronize()
-        out.append(a.elapsed_time(b) / BATCH)
-    return statistics.median(out)
+        return a.elapsed_time(b)
+
+    return _timed(label, fn, lambda: torch.cuda._sleep(SPIN_CYCLES), record, elapsed)
 
 
-def time_cupy(cp, fn):
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(REPS):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(BATCH):
-            fn()
-        b.record()
+def time_cupy(cp, fn, label="cupy"):
+    kern = cp.RawKernel(SPIN_SRC, "spin")
+
+    def record():
+        e = cp.cuda.Event()
+        e.record()
+        return e
+
+    def elapsed(a, b):
         b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b) / BATCH)
-    return statistics.median(out)
+        return cp.cuda.get_elapsed_time(a, b)
+
+    return _timed(label, fn, lambda: kern((1,), (1,), (np.uint64(SPIN_CYCLES),)), record,
+                  elapsed)
 
 
 def main() -> int:
@@ -160,13 +189,16 @@ def main() -> int:
             for lib, m in ms.items():
                 row[f"{lib}_ms"] = m
                 row[f"{lib}_TBs"] = nbytes / m / 1e9
+                row[f"{lib}_host_us"] = HOST[lib]
             row["fraction_of_copy"] = row["tenferro_TBs"] / COPY_TBS
             row["x_torch_time"] = ms["tenferro"] / ms["torch"]
             rows.append(row)
             cp_s = f"{row['cupy_TBs']:7.2f}" if "cupy_TBs" in row else "      -"
             print(f"{name:<26} tenferro {row['tenferro_TBs']:5.2f} TB/s "
                   f"({row['fraction_of_copy']:4.0%} of copy)  torch {row['torch_TBs']:5.2f}  "
-                  f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x", flush=True)
+                  f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x  host us/call "
+                  f"tenferro {row['tenferro_host_us']:.1f} torch {row['torch_host_us']:.1f}",
+                  flush=True)
         s.synchronize()
         mm = []
         for dtype in () if ns.no_matmul else ("bf16", "f32"):

@@ -14,8 +14,8 @@ _FILE = "matmul.cu"
 # bf16 tile shapes (BM, BN, warps along M, warps along N, pipeline stages, BK) that are
 # compiled; BF16_TILE is the one used, chosen on the H200 by benchmarks/kernels.py
 # --matmul-sweep.
-BF16_TILES = ((128, 128, 2, 2, 4, 32), (128, 128, 2, 2, 3, 64), (128, 128, 2, 2, 4, 64),
-              (256, 128, 4, 2, 3, 32), (128, 256, 2, 4, 3, 64))
+BF16_TILES = ((128, 128, 2, 2, 3, 64), (128, 128, 2, 2, 4, 32), (256, 128, 4, 2, 3, 64),
+              (128, 256, 2, 4, 3, 64), (128, 256, 2, 4, 4, 32))
 BF16_TILE = BF16_TILES[0]
 _PIPELINED = tuple("matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}>".format(*t)
                    for t in BF16_TILES)

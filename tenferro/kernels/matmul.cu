@@ -228,7 +228,7 @@ matmul_bf16_pipelined(float* __restrict__ C, const __nv_bfloat16* __restrict__ A
             for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int j = 0; j < NI; ++j)
-                    asm volatile(
+                    asm(  // not volatile: only its registers order it, so it may be scheduled freely
                         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                         : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
