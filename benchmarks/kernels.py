@@ -110,8 +110,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--sweep", action="store_true",
-                    help="time fill, axpy and sum at several blocks an SM, then stop")
+                    help="time sum at several blocks an SM (the capped grid-stride loops), "
+                         "then stop")
     ap.add_argument("--no-matmul", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile the host side of fill, axpy and sum on small arrays, then stop")
     ap.add_argument("--matmul-sweep", action="store_true",
                     help="time every compiled bf16 tile shape at 4096 and 8192, then stop")
     ns = ap.parse_args()
@@ -155,6 +158,26 @@ def main() -> int:
             ("cumsum", 2 * b4, lambda: k.cumsum(s, out, x), lambda: torch.cumsum(tx, 0),
              lambda: cp.cumsum(cx)),
         ]
+        if ns.profile:
+            import cProfile
+            import pstats
+
+            xs, ys = s.upload(np.ones(1024, np.float32)), s.upload(np.ones(1024, np.float32))
+            for label, f in (("fill", lambda: k.fill(s, ys, 1.5)),
+                             ("axpy", lambda: k.axpy(s, ys, xs, 0.5)),
+                             ("sum", lambda: k.sum(s, xs))):
+                for _ in range(100):
+                    f()
+                s.synchronize()
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(3000):
+                    f()
+                prof.disable()
+                s.synchronize()
+                print(f"--- {label}: 3000 calls")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+            return 0
         if ns.matmul_sweep:
             from tenferro.kernels import gemm
 
@@ -175,9 +198,9 @@ def main() -> int:
         if ns.sweep:
             from tenferro.kernels import _build
 
-            for per_sm in (2, 4, 8, 16, 32, 64):
+            for per_sm in (4, 8, 32, 1 << 20):  # the last: no cap, one step a thread
                 _build.BLOCKS_PER_SM = per_sm
-                for name, nbytes, f_tf, _, _ in (cases[0], cases[2], cases[4]):
+                for name, nbytes, f_tf, _, _ in (cases[4],):
                     print(f"sweep {per_sm:3d} blocks/SM  {name:<8} "
                           f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
             return 0

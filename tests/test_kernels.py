@@ -154,7 +154,8 @@ def test_transpose(session, rng, rows_, cols, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [*SIZES, 4095, 4096, 4097, 3 * 4096 + 1, (1 << 24) + 3])
+@pytest.mark.parametrize("n", [*SIZES, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 8192 + 1,
+                               (1 << 24) + 3])
 def test_inclusive_scan(session, rng, n):
     x = rng.standard_normal(n)
     out = _poisoned(session, (n,), np.float64)

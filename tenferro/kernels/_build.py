@@ -37,19 +37,33 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = ()) ->
     return mod.function(name)
 
 
-# Blocks a multiprocessor for grid-stride loops: 256-thread blocks, 2048 resident threads an
-# SM, so 8 is one full wave. Measured on the H200 by benchmarks/kernels.py --sweep.
+# Blocks a multiprocessor for grid-stride loops that end in one atomic a block (sum, max):
+# 256-thread blocks, 2048 resident threads an SM, so 8 is one full wave. Elementwise kernels
+# take no cap (one step a thread): on the H200 that wrote 4.51 TB/s for fill against 4.26 at 8
+# blocks an SM, while sum fell to 2.06 TB/s from 4.15 (benchmarks/kernels.py --sweep).
 BLOCKS_PER_SM = 8
+_MAX_GRID = (1 << 31) - 1
+_configs: dict[tuple[int, int], LaunchConfig] = {}
 
 
-def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1) -> LaunchConfig:
+def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
+                capped: bool = True) -> LaunchConfig:
     """A 1-D config for a grid-stride loop over ``n`` items, ``per_thread`` a thread a step.
 
-    No more blocks than the items need, and at most ``BLOCKS_PER_SM`` a multiprocessor.
+    No more blocks than the items need; with ``capped``, at most ``BLOCKS_PER_SM`` a
+    multiprocessor. Configs are kept (they are immutable), so a relaunch builds none.
     """
-    sms = s.context.attribute("MULTIPROCESSOR_COUNT")
     threads = (n + per_thread - 1) // per_thread
-    return LaunchConfig(max(1, min((threads + block - 1) // block, sms * BLOCKS_PER_SM)), block)
+    blocks = (threads + block - 1) // block
+    if capped:
+        blocks = min(blocks, s.context.attribute("MULTIPROCESSOR_COUNT") * BLOCKS_PER_SM)
+    key = (max(1, min(blocks, _MAX_GRID)), block)
+    config = _configs.get(key)
+    if config is None:
+        if len(_configs) > 4096:
+            _configs.clear()
+        config = _configs[key] = LaunchConfig(*key)
+    return config
 
 
 def type_of(span: Any) -> dtypes.ScalarType:

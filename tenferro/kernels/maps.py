@@ -29,7 +29,7 @@ def fill(s: Any, y: Any, value: Any) -> None:
     if t.name not in _FILL_TYPES:
         raise ValidationError(f"{op}: y is {t.name}; fill takes {list(_FILL_TYPES)}")
     fn = function(s, _FILE, f"fill<{C_TYPES[t.name]}>", _EXPRS)
-    s.launch(fn, grid_stride(s, ym.size, per_thread=4),
+    s.launch(fn, grid_stride(s, ym.size, per_thread=4, capped=False),
              [ym, scalar_for(t, value, op, "value"), u64(ym.size)])
 
 
@@ -43,7 +43,7 @@ def cast(s: Any, out: Any, x: Any) -> None:
         raise ValidationError(f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
                               f"{[f'{b}->{a}' for a, b in _CASTS]}")
     fn = function(s, _FILE, f"cast<{C_TYPES[pair[0]]}, {C_TYPES[pair[1]]}>", _EXPRS)
-    s.launch(fn, grid_stride(s, om.size, per_thread=4), [om, xr, u64(om.size)])
+    s.launch(fn, grid_stride(s, om.size, per_thread=4, capped=False), [om, xr, u64(om.size)])
 
 
 def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
@@ -55,7 +55,7 @@ def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
     if t.name not in _AXPY_TYPES:
         raise ValidationError(f"{op}: y is {t.name}; axpy takes {list(_AXPY_TYPES)}")
     fn = function(s, _FILE, f"axpy<{C_TYPES[t.name]}>", _EXPRS)
-    s.launch(fn, grid_stride(s, ym.size, per_thread=4),
+    s.launch(fn, grid_stride(s, ym.size, per_thread=4, capped=False),
              [ym, xr, scalar_for(t, a, op, "a"), u64(ym.size)])
 
 
@@ -112,7 +112,7 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
         mod = s.resource(("tenferro.kernels.elementwise", src), lambda ss: ss.compile(src))
     except CompileError as exc:
         raise CompileError(f"{op}: expr {expr!r} did not compile", exc.log) from None
-    s.launch(mod.function("fused_map"), grid_stride(s, om.size, per_thread=4), args)
+    s.launch(mod.function("fused_map"), grid_stride(s, om.size, per_thread=4, capped=False), args)
 
 
 def _is_scalar(v: Any) -> bool:

@@ -100,45 +100,83 @@ __global__ void transpose(T* __restrict__ y, const T* __restrict__ x, unsigned r
 }
 
 // Inclusive scan in one pass (x read once, y written once) by decoupled look-back: each block
-// takes the next tile of SCAN_TILE elements in the order blocks start (an atomic ticket, so a
-// tile only ever waits on tiles whose blocks are already running), scans it in shared memory,
-// publishes its total (flag 1), adds the totals of its predecessors back to the first one that
-// has published an inclusive prefix (flag 2), and publishes its own. state[0] is the ticket
-// counter and state[1 + t] tile t's flag, all zero at the launch; sums[2t] and sums[2t + 1] are
-// tile t's total and inclusive prefix. A value is written before its flag, with a fence
-// between, and read after the flag, with a fence between, from L2 (__ldcg).
-constexpr unsigned SCAN_THREADS = 256, SCAN_ITEMS = 16, SCAN_TILE = SCAN_THREADS * SCAN_ITEMS;
+// takes the next tile in the order blocks start (an atomic ticket, so a tile only ever waits on
+// tiles whose blocks are already running), scans it in shared memory, publishes its total
+// (flag 1), adds the totals of its predecessors back to the nearest one that has published an
+// inclusive prefix (flag 2), and publishes its own. state[0] holds the ticket counter; all of
+// state is zero at the launch. Tiles are 256 threads x 32 items for 4-byte types, x 16 for
+// 8-byte ones (the same 33 KiB of shared memory).
+constexpr unsigned SCAN_THREADS = 256;
+template <typename T> __host__ __device__ constexpr unsigned scan_items() { return sizeof(T) == 8 ? 16 : 32; }
 __device__ __forceinline__ unsigned padded(unsigned i) { return i + i / 32; }
 template <typename T> __device__ __forceinline__ T warp_total(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
+// A tile's status. 4-byte values travel with their flag in one 64-bit word (state[1 + t]),
+// written and read whole, so no fence is needed; 8-byte values go to sums[2t] (total) and
+// sums[2t + 1] (inclusive prefix), written before the flag (the low half of state[1 + t])
+// with a fence between, and read after it with a fence between, from L2.
+template <typename T, bool Packed = sizeof(T) == 4> struct TileStatus;
+template <typename T> struct TileStatus<T, true> {
+    volatile unsigned long long* words;
+    __device__ TileStatus(unsigned long long* state, T*) : words(state + 1) {}
+    __device__ void publish(unsigned t, unsigned flag, T v) {
+        words[t] = ((unsigned long long)flag << 32) | *reinterpret_cast<const unsigned*>(&v);
+    }
+    __device__ unsigned wait(unsigned long long p, T& v) {
+        unsigned long long w;
+        while ((w = words[p]) >> 32 == 0) {}
+        const unsigned bits = (unsigned)w;
+        v = *reinterpret_cast<const T*>(&bits);
+        return (unsigned)(w >> 32);
+    }
+};
+template <typename T> struct TileStatus<T, false> {
+    volatile unsigned long long* flags;
+    T* sums;
+    __device__ TileStatus(unsigned long long* state, T* s) : flags(state + 1), sums(s) {}
+    __device__ void publish(unsigned t, unsigned flag, T v) {
+        sums[2 * t + (flag == 2u)] = v;
+        __threadfence();
+        flags[t] = flag;
+    }
+    __device__ unsigned wait(unsigned long long p, T& v) {
+        unsigned long long f;
+        while ((f = flags[p]) == 0) {}
+        __threadfence();
+        v = __ldcg(&sums[2 * p + (f == 2u)]);
+        return (unsigned)f;
+    }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(SCAN_THREADS)
-scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned* state,
+scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
                  T* sums, unsigned long long n) {
-    __shared__ T buf[SCAN_TILE + SCAN_TILE / 32];
+    constexpr unsigned ITEMS = scan_items<T>(), TILE = SCAN_THREADS * ITEMS;
+    __shared__ T buf[TILE + TILE / 32];
     __shared__ T warp_totals[SCAN_THREADS / 32];
     __shared__ unsigned ticket;
     __shared__ T tile_prefix;
-    if (threadIdx.x == 0) ticket = atomicAdd(state, 1u);
+    if (threadIdx.x == 0) ticket = atomicAdd(reinterpret_cast<unsigned*>(state), 1u);
     __syncthreads();
     const unsigned t = ticket;
-    const unsigned long long base = (unsigned long long)t * SCAN_TILE;
+    const unsigned long long base = (unsigned long long)t * TILE;
 #pragma unroll
-    for (unsigned j = 0; j < SCAN_ITEMS; ++j) {  // coalesced loads, striped over the block
+    for (unsigned j = 0; j < ITEMS; ++j) {  // coalesced loads, striped over the block
         const unsigned e = j * SCAN_THREADS + threadIdx.x;
         buf[padded(e)] = base + e < n ? x[base + e] : T(0);
     }
     __syncthreads();
-    T v[SCAN_ITEMS];  // each thread scans SCAN_ITEMS consecutive elements
+    T v[ITEMS];  // each thread scans ITEMS consecutive elements
 #pragma unroll
-    for (unsigned j = 0; j < SCAN_ITEMS; ++j) v[j] = buf[padded(threadIdx.x * SCAN_ITEMS + j)];
+    for (unsigned j = 0; j < ITEMS; ++j) v[j] = buf[padded(threadIdx.x * ITEMS + j)];
 #pragma unroll
-    for (unsigned j = 1; j < SCAN_ITEMS; ++j) v[j] += v[j - 1];
+    for (unsigned j = 1; j < ITEMS; ++j) v[j] += v[j - 1];
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    T run = v[SCAN_ITEMS - 1];
+    T run = v[ITEMS - 1];
     for (int o = 1; o < 32; o <<= 1) {
         const T u = __shfl_up_sync(0xffffffffu, run, o);
         if (lane >= o) run += u;
@@ -159,47 +197,38 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned* state,
         const T wexcl = __shfl_up_sync(0xffffffffu, wincl, 1);
         __syncwarp();
         if (lane < SCAN_THREADS / 32) warp_totals[lane] = lane == 0 ? T(0) : wexcl;
-        volatile unsigned* flags = state + 1;
+        TileStatus<T> status(state, sums);
         T prefix = T(0);
         if (t > 0) {
-            if (lane == 0) {
-                sums[2 * t] = total;
-                __threadfence();
-                flags[t] = 1u;
-            }
+            if (lane == 0) status.publish(t, 1u, total);
             // Look back 32 tiles at once, lane l at tile top - l, until the nearest tile with
             // an inclusive prefix (tile 0 always gets one; lanes before it count as zero).
             for (long long top = (long long)t - 1;; top -= 32) {
                 const long long p = top - lane;
                 unsigned f = 2u;
-                if (p >= 0)
-                    while ((f = flags[p]) == 0u) {}
-                __threadfence();
-                T v = T(0);
-                if (p >= 0) v = __ldcg(&sums[2 * p + (f == 2u)]);
+                T pv = T(0);
+                if (p >= 0) f = status.wait(p, pv);
                 const unsigned inclusive = __ballot_sync(0xffffffffu, f == 2u);
                 if (inclusive) {  // the lowest such lane is the nearest such tile
-                    if (lane > __ffs(inclusive) - 1) v = T(0);
-                    prefix += warp_total(v);
+                    if (lane > __ffs(inclusive) - 1) pv = T(0);
+                    prefix += warp_total(pv);
                     break;
                 }
-                prefix += warp_total(v);
+                prefix += warp_total(pv);
             }
         }
         if (lane == 0) {
-            sums[2 * t + 1] = prefix + total;
-            __threadfence();
-            flags[t] = 2u;
+            status.publish(t, 2u, prefix + total);
             tile_prefix = prefix;
         }
     }
     __syncthreads();
     const T add = tile_prefix + warp_totals[warp] + before;
 #pragma unroll
-    for (unsigned j = 0; j < SCAN_ITEMS; ++j) buf[padded(threadIdx.x * SCAN_ITEMS + j)] = v[j] + add;
+    for (unsigned j = 0; j < ITEMS; ++j) buf[padded(threadIdx.x * ITEMS + j)] = v[j] + add;
     __syncthreads();
 #pragma unroll
-    for (unsigned j = 0; j < SCAN_ITEMS; ++j) {
+    for (unsigned j = 0; j < ITEMS; ++j) {
         const unsigned e = j * SCAN_THREADS + threadIdx.x;
         if (base + e < n) y[base + e] = buf[padded(e)];
     }

@@ -18,7 +18,6 @@ _S_TYPES = ("f32", "f64", "i32")
 _SOFTMAX = ("softmax_rows_cached<float>", "softmax_rows_cached<float4>")
 _EXPRS = _SOFTMAX + tuple(f"transpose<{C_TYPES[t]}>" for t in _T_TYPES) + tuple(
     f"scan_single_pass<{C_TYPES[t]}>" for t in _S_TYPES)
-_SCAN_TILE = 4096  # SCAN_TILE of rows.cu
 
 
 def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
@@ -78,8 +77,9 @@ def transpose(s: Any, out: Any, x: Any) -> None:
 def cumsum(s: Any, out: Any, x: Any) -> None:
     """Inclusive prefix sum of a 1-D ``x`` (f32, f64 or i32) into ``out``, any length.
 
-    One pass over x and y (decoupled look-back over tiles of 4096); float sums are added in
-    tile order but not left to right, so they can differ from numpy's in the last bits.
+    One pass over x and y (decoupled look-back over tiles of 8192 elements, 4096 for f64);
+    float sums are added in tile order but not left to right, so they can differ from
+    numpy's in the last bits.
     i32 wraps on overflow, as in C.
     """
     op = "kernels.cumsum"
@@ -97,12 +97,14 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    tiles = (n + _SCAN_TILE - 1) // _SCAN_TILE
+    tile = 256 * (16 if t.itemsize == 8 else 32)  # scan_items<T>() of rows.cu
+    tiles = (n + tile - 1) // tile
     if tiles >= 1 << 32:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
-                              f"{((1 << 32) - 1) * _SCAN_TILE}")
-    state = s.alloc_zeros((tiles + 1,), np.uint32)  # ticket counter, then one flag a tile
-    sums = s.alloc_output((2 * tiles,), t.numpy)
+                              f"{((1 << 32) - 1) * tile}")
+    # The ticket counter, then one status word a tile; 8-byte types keep their values apart.
+    state = s.alloc_zeros((tiles + 1,), np.uint64)
+    sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
     fn = function(s, _FILE, f"scan_single_pass<{C_TYPES[t.name]}>", _EXPRS)
     s.launch(fn, LaunchConfig(tiles, 256), [om, xr, s.tensor_mut(state), s.tensor_mut(sums),
                                             u64(n)])
