@@ -110,8 +110,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--sweep", action="store_true",
-                    help="time sum at several blocks an SM (the capped grid-stride loops), "
-                         "then stop")
+                    help="time sum at several blocks an SM (the capped grid-stride loops) "
+                         "and softmax at several threads a row, then stop")
     ap.add_argument("--no-matmul", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the host side of fill, axpy and sum on small arrays, then stop")
@@ -202,6 +202,14 @@ def main() -> int:
                 _build.BLOCKS_PER_SM = per_sm
                 for name, nbytes, f_tf, _, _ in (cases[4],):
                     print(f"sweep {per_sm:3d} blocks/SM  {name:<8} "
+                          f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
+            from tenferro.kernels import rows
+
+            for kernel in ("cached", "online"):
+                for block in (1024, 512, 256):
+                    rows.SOFTMAX_KERNEL, rows.SOFTMAX_WIDE_BLOCK = kernel, block
+                    name, nbytes, f_tf, _, _ = cases[6]
+                    print(f"sweep softmax {kernel} {block:4d} threads a row  "
                           f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
             return 0
         for name, nbytes, f_tf, f_torch, f_cp in cases:

@@ -134,13 +134,30 @@ def test_sum_and_max(session, rng, n, dtype):
     (5, 4096),     # cached, float4 accesses
     (2, 20001),    # cached above 48 KiB (the opt-in shared memory)
     (3, 70001)])   # beyond the opt-in limit: the three-pass kernel
-def test_row_softmax(session, rng, rows_, cols):
+@pytest.mark.parametrize("kernel", ["cached", "online"])
+def test_row_softmax(session, rng, monkeypatch, kernel, rows_, cols):
+    monkeypatch.setattr(rows, "SOFTMAX_KERNEL", kernel)
     x = rng.standard_normal((rows_, cols)) * 4
     out = _poisoned(session, (rows_, cols), np.float32)
     k.softmax(session, out, session.upload(x.astype(np.float32)))
     e = np.exp(x - x.max(axis=1, keepdims=True)) if cols else x
     want = e / e.sum(axis=1, keepdims=True) if cols else x
     np.testing.assert_allclose(session.download(out), want, rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["cached", "online"])
+@pytest.mark.parametrize("cols", [257, 4096, 4099])
+def test_row_softmax_with_minus_infinity(session, rng, monkeypatch, kernel, cols):
+    monkeypatch.setattr(rows, "SOFTMAX_KERNEL", kernel)
+    x = (rng.standard_normal((6, cols)) * 4).astype(np.float32)
+    x[rng.random(x.shape) < 0.3] = -np.inf  # masked entries, as attention masks make them
+    x[:, 0] = rng.standard_normal(6)  # every row keeps a finite entry
+    out = _poisoned(session, x.shape, np.float32)
+    k.softmax(session, out, session.upload(x))
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(session.download(out), e / e.sum(axis=1, keepdims=True),
+                               rtol=2e-5, atol=1e-7)
 
 
 @pytest.mark.gpu

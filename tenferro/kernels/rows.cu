@@ -81,6 +81,64 @@ __global__ void softmax_rows_cached(float* __restrict__ y, const float* __restri
     }
 }
 
+// The cached softmax with the max and the sum found in one fold: each thread keeps a running
+// (max, sum of exp(x - max)) while it loads, rescaling the sum when the max grows; the pairs
+// are folded across the block once, and y = exp(x - max) / sum is written from the cache.
+__device__ __forceinline__ void fold_max_sum(float& m, float& s, float m2, float s2) {
+    if (m2 == NEG_INF) return;  // the other side saw nothing (or only -inf)
+    if (m == NEG_INF) { m = m2; s = s2; return; }
+    const float mn = fmaxf(m, m2);
+    s = s * expf(m - mn) + s2 * expf(m2 - mn);
+    m = mn;
+}
+__device__ __forceinline__ float sum_exp(float v, float m) { return expf(v - m); }
+__device__ __forceinline__ float sum_exp(float4 v, float m) {
+    return (expf(v.x - m) + expf(v.y - m)) + (expf(v.z - m) + expf(v.w - m));
+}
+__device__ __forceinline__ float exp_scaled(float v, float m, float k) { return expf(v - m) * k; }
+__device__ __forceinline__ float4 exp_scaled(float4 v, float m, float k) {
+    return make_float4(expf(v.x - m) * k, expf(v.y - m) * k, expf(v.z - m) * k,
+                       expf(v.w - m) * k);
+}
+
+template <typename V>
+__global__ void softmax_rows_online(float* __restrict__ y, const float* __restrict__ x,
+                                    unsigned rows, unsigned cols) {
+    extern __shared__ __align__(16) unsigned char cache_bytes[];
+    V* cache = reinterpret_cast<V*>(cache_bytes);
+    __shared__ float shared_m[32], shared_s[32];
+    const unsigned units = cols / (sizeof(V) / sizeof(float));
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned warps = (blockDim.x + 31) / 32;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        const V* xr = reinterpret_cast<const V*>(x + (unsigned long long)r * cols);
+        V* yr = reinterpret_cast<V*>(y + (unsigned long long)r * cols);
+        float m = NEG_INF, s = 0.0f;
+#pragma unroll 4
+        for (unsigned c = threadIdx.x; c < units; c += blockDim.x) {
+            const V v = xr[c];
+            cache[c] = v;
+            const float vm = hmax(v);
+            if (vm > m) { s = m == NEG_INF ? 0.0f : s * expf(m - vm); m = vm; }
+            if (m != NEG_INF) s += sum_exp(v, m);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            fold_max_sum(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
+        __syncthreads();  // the shared pairs may still be read for the previous row
+        if (lane == 0) { shared_m[warp] = m; shared_s[warp] = s; }
+        __syncthreads();
+        m = lane < warps ? shared_m[lane] : NEG_INF;
+        s = lane < warps ? shared_s[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1)
+            fold_max_sum(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
+        const float inv = 1.0f / s;
+        for (unsigned c = threadIdx.x; c < units; c += blockDim.x)
+            yr[c] = exp_scaled(cache[c], m, inv);
+    }
+}
+
 // y (cols x rows) = x (rows x cols)^T through a 32x33 shared tile (the pad avoids bank
 // conflicts on the column reads); blocks of 32x8 threads, each thread moves 4 elements.
 template <typename T>

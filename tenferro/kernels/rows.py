@@ -15,9 +15,19 @@ __all__ = ["cumsum", "softmax", "transpose"]
 _FILE = "rows.cu"
 _T_TYPES = ("f32", "f64", "i32")
 _S_TYPES = ("f32", "f64", "i32")
-_SOFTMAX = ("softmax_rows_cached<float>", "softmax_rows_cached<float4>")
-_EXPRS = _SOFTMAX + tuple(f"transpose<{C_TYPES[t]}>" for t in _T_TYPES) + tuple(
-    f"scan_single_pass<{C_TYPES[t]}>" for t in _S_TYPES)
+# Threads a row for rows of 4096 columns or more. On the H200 (benchmarks/kernels.py --sweep,
+# 4096 x 16384 f32) 512 gave 3.38 TB/s online and 3.31 cached, against 3.11 / 3.13 at 1024
+# and 2.84 / 2.90 at 256: three 64 KiB rows resident an SM instead of two.
+SOFTMAX_WIDE_BLOCK = 512
+# The kernel for rows that fit in shared memory: "cached" (a max fold, then an exp and sum
+# fold) or "online" (one fold of running (max, sum) pairs); both are tested, "online" was the
+# faster in the sweep above.
+SOFTMAX_KERNEL = "online"
+_SOFTMAX = {k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>")
+            for k in ("cached", "online")}
+_EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"],
+          *(f"transpose<{C_TYPES[t]}>" for t in _T_TYPES),
+          *(f"scan_single_pass<{C_TYPES[t]}>" for t in _S_TYPES))
 
 
 def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
@@ -41,13 +51,14 @@ def softmax(s: Any, out: Any, x: Any) -> None:
         raise ValidationError(f"{op}: x is {xr.scalar_type.name}; softmax takes f32")
     if rows == 0 or cols == 0:
         return
-    block = 1024 if cols >= 4096 else 256 if cols >= 256 else 32 * ((cols + 31) // 32)
+    block = SOFTMAX_WIDE_BLOCK if cols >= 4096 else 256 if cols >= 256 else \
+        32 * ((cols + 31) // 32)
     config = LaunchConfig(min(rows, 65535 * 32), block)
     cache = cols * 4
     if cache <= s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - 1024:
         # The row fits in shared memory: one read of x, one write of y.
         vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
-        fn = function(s, _FILE, _SOFTMAX[vec], _EXPRS)
+        fn = function(s, _FILE, _SOFTMAX[SOFTMAX_KERNEL][vec], _EXPRS)
         config = LaunchConfig(config.grid, block, shared_mem_bytes=cache)
     else:
         fn = function(s, _FILE, "softmax_rows_f32", _EXPRS)
