@@ -110,8 +110,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--sweep", action="store_true",
-                    help="time sum at several blocks an SM (the capped grid-stride loops) "
-                         "and softmax at several threads a row, then stop")
+                    help="time sum at several blocks an SM (the capped grid-stride loop), "
+                         "softmax, transpose and cumsum at each compiled variant, then stop")
     ap.add_argument("--no-matmul", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the host side of fill, axpy and sum on small arrays, then stop")
@@ -205,12 +205,26 @@ def main() -> int:
                           f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
             from tenferro.kernels import rows
 
-            for kernel in ("cached", "online"):
-                for block in (1024, 512, 256):
-                    rows.SOFTMAX_KERNEL, rows.SOFTMAX_WIDE_BLOCK = kernel, block
-                    name, nbytes, f_tf, _, _ = cases[6]
-                    print(f"sweep softmax {kernel} {block:4d} threads a row  "
-                          f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
+            def bw(case):
+                _, nbytes, f_tf, _, _ = case
+                return nbytes / time_tf(s, f_tf) / 1e9
+
+            for kernel, reg, block in (("online", 0, 512), ("cached", 0, 512),
+                                       *(("split", r, b) for r in rows.SOFTMAX_REGS
+                                         for b in (256, 512, 1024) if r * b <= 8192)):
+                rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG = kernel, reg or 8
+                rows.SOFTMAX_WIDE_BLOCK = block
+                print(f"sweep softmax {kernel} regs {reg:2d} {block:4d} threads a row  "
+                      f"{bw(cases[6]):5.2f} TB/s", flush=True)
+            rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK = "online", 8, 512
+            for tile in rows.TRANSPOSE_TILES:
+                rows.TRANSPOSE_TILE = tile
+                print(f"sweep transpose tile {tile}  {bw(cases[7]):5.2f} TB/s", flush=True)
+            for config in rows.SCAN_CONFIGS:
+                rows.SCAN_CONFIG = config
+                print(f"sweep cumsum {config[0]} items a thread, look-back {config[1]} a lane  "
+                      f"{bw(cases[8]):5.2f} TB/s", flush=True)
+            print(f"sweep cast f32->f16 {bw(cases[1]):5.2f} TB/s", flush=True)
             return 0
         for name, nbytes, f_tf, f_torch, f_cp in cases:
             ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}

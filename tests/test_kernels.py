@@ -19,6 +19,25 @@ def test_every_source_compiles_without_a_gpu(file, exprs):
     assert r.image and set(r.lowered_names) == set(exprs)
 
 
+def test_package_headers_are_inlined_into_the_compiled_source():
+    src = _build._source("elementwise.cu")
+    assert '#include "pack.cuh"' not in src.splitlines()
+    assert src.count("struct alignas(W * sizeof(T)) Pack") == 1
+
+
+def test_every_kernel_source_is_in_the_wheel():
+    import fnmatch
+    import os
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        globs = tomllib.load(f)["tool"]["setuptools"]["package-data"]["tenferro.kernels"]
+    here = os.path.dirname(_build.__file__)
+    sources = [n for n in os.listdir(here) if n.endswith((".cu", ".cuh"))]
+    assert sources and all(any(fnmatch.fnmatch(n, g) for g in globs) for n in sources), globs
+
+
 @pytest.mark.parametrize("ctype", ["float", "double"])
 def test_generated_fused_map_compiles_without_a_gpu(ctype):
     params = [f"{ctype}* __restrict__ out_", f"const {ctype}* __restrict__ x_", f"{ctype} a",
@@ -127,16 +146,25 @@ def test_sum_and_max(session, rng, n, dtype):
         assert float(session.download(k.max(session, xd))) == x.astype(dtype).max()
 
 
+# (SOFTMAX_KERNEL, SOFTMAX_REG): every kernel for rows that fit on chip, "split" at each
+# compiled register count.
+SOFTMAX_KERNELS = [("cached", 8), ("online", 8), *(("split", r) for r in rows.SOFTMAX_REGS)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("rows_", "cols"), [
-    (1, 1), (31, 33), (1000, 257), (3, 0),
+    (1, 1), (31, 33), (1000, 257), (3, 0), (9, 1000),
     (7, 4099),     # row cached in shared memory, one float at a time
-    (5, 4096),     # cached, float4 accesses
+    (5, 4096),     # cached, float4 accesses; "split": all in registers
+    (7, 4100),     # float4, the last register slots of a row padded
+    (4, 16384),    # "split" at 4 registers: half the row in registers, half in shared memory
+    (3, 40000),    # "split" with more than 48 KiB (opt-in) of shared memory
     (2, 20001),    # cached above 48 KiB (the opt-in shared memory)
     (3, 70001)])   # beyond the opt-in limit: the three-pass kernel
-@pytest.mark.parametrize("kernel", ["cached", "online"])
-def test_row_softmax(session, rng, monkeypatch, kernel, rows_, cols):
+@pytest.mark.parametrize(("kernel", "reg"), SOFTMAX_KERNELS)
+def test_row_softmax(session, rng, monkeypatch, kernel, reg, rows_, cols):
     monkeypatch.setattr(rows, "SOFTMAX_KERNEL", kernel)
+    monkeypatch.setattr(rows, "SOFTMAX_REG", reg)
     x = rng.standard_normal((rows_, cols)) * 4
     out = _poisoned(session, (rows_, cols), np.float32)
     k.softmax(session, out, session.upload(x.astype(np.float32)))
@@ -146,10 +174,11 @@ def test_row_softmax(session, rng, monkeypatch, kernel, rows_, cols):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["cached", "online"])
-@pytest.mark.parametrize("cols", [257, 4096, 4099])
-def test_row_softmax_with_minus_infinity(session, rng, monkeypatch, kernel, cols):
+@pytest.mark.parametrize(("kernel", "reg"), SOFTMAX_KERNELS)
+@pytest.mark.parametrize("cols", [257, 4096, 4099, 16384])
+def test_row_softmax_with_minus_infinity(session, rng, monkeypatch, kernel, reg, cols):
     monkeypatch.setattr(rows, "SOFTMAX_KERNEL", kernel)
+    monkeypatch.setattr(rows, "SOFTMAX_REG", reg)
     x = (rng.standard_normal((6, cols)) * 4).astype(np.float32)
     x[rng.random(x.shape) < 0.3] = -np.inf  # masked entries, as attention masks make them
     x[:, 0] = rng.standard_normal(6)  # every row keeps a finite entry
@@ -161,19 +190,20 @@ def test_row_softmax_with_minus_infinity(session, rng, monkeypatch, kernel, cols
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rows_", "cols"), [(1, 1), (31, 33), (33, 31), (1025, 70), (0, 5)])
+@pytest.mark.parametrize(("rows_", "cols"), [(1, 1), (31, 33), (33, 31), (1025, 70), (0, 5),
+                                             (70, 130), (128, 64)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
-def test_transpose(session, rng, rows_, cols, dtype):
+@pytest.mark.parametrize("tile", rows.TRANSPOSE_TILES)
+def test_transpose(session, rng, monkeypatch, tile, rows_, cols, dtype):
+    monkeypatch.setattr(rows, "TRANSPOSE_TILE", tile)
     x = (rng.standard_normal((rows_, cols)) * 1000).astype(dtype)
     out = _poisoned(session, (cols, rows_), dtype)
     k.transpose(session, out, session.upload(x))
     np.testing.assert_array_equal(session.download(out), x.T)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("n", [*SIZES, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 8192 + 1,
-                               (1 << 24) + 3])
-def test_inclusive_scan(session, rng, n):
+def _check_scans(session, rng, n):
+    """cumsum of fresh f64, i32 and f32 data of length n against numpy's."""
     x = rng.standard_normal(n)
     out = _poisoned(session, (n,), np.float64)
     k.cumsum(session, out, session.upload(x))
@@ -189,6 +219,21 @@ def test_inclusive_scan(session, rng, n):
     # f32 partial sums drift like sqrt(i) ulps of the running magnitude (NaN fails too)
     tol = 4e-5 * np.sqrt(np.arange(1, n + 1)) + 1e-5
     assert not (err > tol).any() and not np.isnan(err).any(), (err - tol).max(initial=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [*SIZES, 4095, 4096, 4097, 8191, 8192, 8193, 3 * 8192 + 1,
+                               (1 << 24) + 3])
+def test_inclusive_scan(session, rng, n):
+    _check_scans(session, rng, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", rows.SCAN_CONFIGS)
+@pytest.mark.parametrize("n", [1, 4097, 8193, 300 * 4096 + 5])  # tile edges; many look-backs
+def test_inclusive_scan_at_each_tile_and_look_back_width(session, rng, monkeypatch, config, n):
+    monkeypatch.setattr(rows, "SCAN_CONFIG", config)
+    _check_scans(session, rng, n)
 
 
 @pytest.mark.gpu

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,18 @@ C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "dou
            "i32": "int", "u32": "unsigned", "i64": "long long", "u8": "unsigned char"}
 
 
+_INCLUDE = re.compile(r'^#include "([a-z_]+\.cuh)"$', re.MULTILINE)
+
+
 def _source(name: str) -> str:
+    """The text of ``name``, with this package's ``#include "x.cuh"`` lines inlined.
+
+    Inlined here rather than passed to NVRTC as headers, so the compiled source (and with it the
+    disk cache's key) is all of the code that was compiled.
+    """
     with open(os.path.join(_HERE, name), encoding="utf-8") as f:
-        return f.read()
+        text = f.read()
+    return _INCLUDE.sub(lambda m: _source(m.group(1)), text)
 
 
 def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = ()) -> Any:

@@ -1,34 +1,37 @@
-// Elementwise kernels of tenferro.kernels. Every loop is grid-stride, so any length runs with a
-// grid of a few waves of the device. Where every pointer is aligned to four elements, each
-// thread moves four elements with one vector access (16 bytes for 4-byte types), which is what
-// keeps enough bytes in flight to reach the H200's bandwidth; the last n % 4 elements, and
-// arrays that are not so aligned, take the scalar loop.
+// Elementwise kernels of tenferro.kernels. Every loop is grid-stride, so any length runs with any
+// grid (the entry points launch one step a thread). Where every pointer is aligned to a pack
+// of W elements, each thread moves W elements a step by vector accesses; the last n % W
+// elements, and arrays that are not so aligned, take the scalar loop.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-template <typename T> struct alignas(4 * sizeof(T)) Pack4 { T v[4]; };
-
-template <typename T> __device__ __forceinline__ bool packs(const T* p) {
-    return reinterpret_cast<unsigned long long>(p) % sizeof(Pack4<T>) == 0;
-}
+#include "pack.cuh"
 
 #define THREAD_AND_STRIDE                                                                 \
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;         \
     const unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
 
-template <typename T>
-__global__ void fill(T* __restrict__ y, T value, unsigned long long n) {
+// Calls pack(g) for every pack index g < n / W and one(i) for every element of the tail
+// (i >= n / W * W) when vec, else one(i) for every i < n; grid-stride over both.
+template <int W, typename PackFn, typename OneFn>
+__device__ __forceinline__ void for_each(unsigned long long n, bool vec, PackFn pack, OneFn one) {
     THREAD_AND_STRIDE
     unsigned long long head = 0;
-    if (packs(y)) {
-        Pack4<T> p;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) p.v[q] = value;
-        Pack4<T>* yv = reinterpret_cast<Pack4<T>*>(y);
-        for (unsigned long long g = tid; g < n / 4; g += stride) yv[g] = p;
-        head = n / 4 * 4;
+    if (vec) {
+        for (unsigned long long g = tid; g < n / W; g += stride) pack(g);
+        head = n / W * W;
     }
-    for (unsigned long long i = head + tid; i < n; i += stride) y[i] = value;
+    for (unsigned long long i = head + tid; i < n; i += stride) one(i);
+}
+
+template <typename T>
+__global__ void fill(T* __restrict__ y, T value, unsigned long long n) {
+    Pack<T, 4> p;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) p.v[q] = value;
+    for_each<4>(n, packs<T, 4>(y),
+                [&](unsigned long long g) { reinterpret_cast<Pack<T, 4>*>(y)[g] = p; },
+                [&](unsigned long long i) { y[i] = value; });
 }
 
 // Conversion through float (or double where either side is double): the C++ casts of
@@ -49,62 +52,34 @@ template <> __device__ __forceinline__ float convert<float, __nv_bfloat16>(__nv_
     return __bfloat162float(v);
 }
 
+// Eight elements a pack where either side is 2 bytes (16 bytes of the narrow side a thread a
+// step), four otherwise; maps.cast sizes the grid by the same rule.
+template <typename To, typename From>
+__host__ __device__ constexpr int cast_width() { return sizeof(To) == 2 || sizeof(From) == 2 ? 8 : 4; }
+
 template <typename To, typename From>
 __global__ void cast(To* __restrict__ y, const From* __restrict__ x, unsigned long long n) {
-    THREAD_AND_STRIDE
-    unsigned long long head = 0;
-    if (packs(y) && packs(x)) {
-        Pack4<To>* yv = reinterpret_cast<Pack4<To>*>(y);
-        const Pack4<From>* xv = reinterpret_cast<const Pack4<From>*>(x);
-        unsigned long long g = tid;
-        for (; g + stride < n / 4; g += 2 * stride) {  // both loads issued before either store
-            Pack4<From> a0 = xv[g], a1 = xv[g + stride];
-            Pack4<To> b0, b1;
+    constexpr int W = cast_width<To, From>();
+    for_each<W>(n, packs<To, W>(y) && packs<From, W>(x),
+                [&](unsigned long long g) {
+                    const Pack<From, W> a = reinterpret_cast<const Pack<From, W>*>(x)[g];
+                    Pack<To, W> b;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                b0.v[q] = convert<To, From>(a0.v[q]);
-                b1.v[q] = convert<To, From>(a1.v[q]);
-            }
-            yv[g] = b0;
-            yv[g + stride] = b1;
-        }
-        for (; g < n / 4; g += stride) {
-            Pack4<From> a = xv[g];
-            Pack4<To> b;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) b.v[q] = convert<To, From>(a.v[q]);
-            yv[g] = b;
-        }
-        head = n / 4 * 4;
-    }
-    for (unsigned long long i = head + tid; i < n; i += stride) y[i] = convert<To, From>(x[i]);
+                    for (int q = 0; q < W; ++q) b.v[q] = convert<To, From>(a.v[q]);
+                    reinterpret_cast<Pack<To, W>*>(y)[g] = b;
+                },
+                [&](unsigned long long i) { y[i] = convert<To, From>(x[i]); });
 }
 
 template <typename T>
 __global__ void axpy(T* __restrict__ y, const T* __restrict__ x, T a, unsigned long long n) {
-    THREAD_AND_STRIDE
-    unsigned long long head = 0;
-    if (packs(y) && packs(x)) {
-        Pack4<T>* yv = reinterpret_cast<Pack4<T>*>(y);
-        const Pack4<T>* xv = reinterpret_cast<const Pack4<T>*>(x);
-        unsigned long long g = tid;
-        for (; g + stride < n / 4; g += 2 * stride) {  // four loads issued before any store
-            Pack4<T> u0 = xv[g], w0 = yv[g], u1 = xv[g + stride], w1 = yv[g + stride];
+    for_each<4>(n, packs<T, 4>(y) && packs<T, 4>(x),
+                [&](unsigned long long g) {
+                    const Pack<T, 4> u = reinterpret_cast<const Pack<T, 4>*>(x)[g];
+                    Pack<T, 4> w = reinterpret_cast<Pack<T, 4>*>(y)[g];
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                w0.v[q] = a * u0.v[q] + w0.v[q];
-                w1.v[q] = a * u1.v[q] + w1.v[q];
-            }
-            yv[g] = w0;
-            yv[g + stride] = w1;
-        }
-        for (; g < n / 4; g += stride) {
-            Pack4<T> u = xv[g], w = yv[g];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) w.v[q] = a * u.v[q] + w.v[q];
-            yv[g] = w;
-        }
-        head = n / 4 * 4;
-    }
-    for (unsigned long long i = head + tid; i < n; i += stride) y[i] = a * x[i] + y[i];
+                    for (int q = 0; q < 4; ++q) w.v[q] = a * u.v[q] + w.v[q];
+                    reinterpret_cast<Pack<T, 4>*>(y)[g] = w;
+                },
+                [&](unsigned long long i) { y[i] = a * x[i] + y[i]; });
 }

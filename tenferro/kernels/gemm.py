@@ -53,17 +53,14 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     if ta == "bf16" and k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 \
             and om.ptr % 8 == 0:
         bm, bn, wm, wn, stages, bk = BF16_TILE
-        if (m + bm - 1) // bm > 65535:
-            raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
-        fn = function(s, _FILE, _PIPELINED[BF16_TILES.index(BF16_TILE)], _EXPRS)
+        name, threads = _PIPELINED[BF16_TILES.index(BF16_TILE)], 32 * wm * wn
         smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
-        s.launch(fn, LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), 32 * wm * wn,
-                                  shared_mem_bytes=smem),
-                 [om, ar, br, u32(m), u32(n), u32(k)])
-        return
-    tile = 64 if ta == "f32" else 128
-    if (m + tile - 1) // tile > 65535:
-        raise ValidationError(f"{op}: M={m} is above {65535 * tile}")
-    fn = function(s, _FILE, f"matmul_{ta}", _EXPRS)
-    s.launch(fn, LaunchConfig(((n + tile - 1) // tile, (m + tile - 1) // tile), 256),
+    else:
+        bm = bn = 64 if ta == "f32" else 128
+        name, threads, smem = f"matmul_{ta}", 256, 0
+    if (m + bm - 1) // bm > 65535:  # the grid's y extent
+        raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
+    s.launch(function(s, _FILE, name, _EXPRS),
+             LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads,
+                          shared_mem_bytes=smem),
              [om, ar, br, u32(m), u32(n), u32(k)])

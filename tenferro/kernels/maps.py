@@ -43,7 +43,9 @@ def cast(s: Any, out: Any, x: Any) -> None:
         raise ValidationError(f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
                               f"{[f'{b}->{a}' for a, b in _CASTS]}")
     fn = function(s, _FILE, f"cast<{C_TYPES[pair[0]]}, {C_TYPES[pair[1]]}>", _EXPRS)
-    s.launch(fn, grid_stride(s, om.size, per_thread=4, capped=False), [om, xr, u64(om.size)])
+    width = 8 if 2 in (om.scalar_type.itemsize, xr.scalar_type.itemsize) else 4  # cast_width
+    s.launch(fn, grid_stride(s, om.size, per_thread=width, capped=False),
+             [om, xr, u64(om.size)])
 
 
 def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
@@ -91,7 +93,7 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
             raise ValidationError(f"{op}: expr uses {name!r}, which is neither an operand "
                                   f"({names}) nor a known math function")
     params, args = [f"{ctype}* __restrict__ out_"], [om]
-    arrays = []
+    arrays, array_names = [], []
     for name in names:
         v = operands[name]
         if name in _MATH or name.endswith("_") or not _IDENT.fullmatch(name):
@@ -102,12 +104,13 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
         else:
             r = s.tensor(v)
             arrays.append(r)
+            array_names.append(name)
             params.append(f"const {ctype}* __restrict__ {name}_")
             args.append(r)
     spans_1d(op, om, *arrays)
     params.append("unsigned long long n__")
     args.append(u64(om.size))
-    src = _fused_source(ctype, params, [n for n in names if not _is_scalar(operands[n])], expr)
+    src = _fused_source(ctype, params, array_names, expr)
     try:
         mod = s.resource(("tenferro.kernels.elementwise", src), lambda ss: ss.compile(src))
     except CompileError as exc:

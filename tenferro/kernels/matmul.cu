@@ -46,6 +46,15 @@ matmul_f32(float* __restrict__ C, const float* __restrict__ A, const float* __re
 // bfloat16 on the tensor cores through mma.sync.m16n8k16 (float accumulate): a 128x128 tile of C
 // per block of 8 warps (2 x 4), each warp 64x32 = 4 x 4 mma tiles; K in steps of 32 through
 // shared memory. Inline PTX keeps it free of the CUDA headers NVRTC may lack (mma.h).
+// acc += a (16x16, row fragments) * b (16x8, column fragments), one warp-wide mma. Not asm
+// volatile: only its registers order it, so the compiler may schedule it freely.
+__device__ __forceinline__ void mma_bf16_16816(float* acc, const unsigned* a, const unsigned* b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 __device__ __forceinline__ unsigned pack2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
     return (unsigned)__bfloat16_as_ushort(lo) | ((unsigned)__bfloat16_as_ushort(hi) << 16);
 }
@@ -106,14 +115,7 @@ matmul_bf16(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    asm volatile(
-                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
-                          "+f"(acc[i][j][3])
-                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
-                          "r"(b[j][0]), "r"(b[j][1]));
+                for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], a[i], b[j]);
         }
         __syncthreads();
     }
@@ -227,14 +229,7 @@ matmul_bf16_pipelined(float* __restrict__ C, const __nv_bfloat16* __restrict__ A
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
-                for (int j = 0; j < NI; ++j)
-                    asm(  // not volatile: only its registers order it, so it may be scheduled freely
-                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
-                          "+f"(acc[i][j][3])
-                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
-                          "r"(b[j][0]), "r"(b[j][1]));
+                for (int j = 0; j < NI; ++j) mma_bf16_16816(acc[i][j], a[i], b[j]);
         }
     }
     asm volatile("cp.async.wait_all;\n");

@@ -1,6 +1,7 @@
 // One-pass reductions: each thread folds a grid-stride slice, a warp folds with shuffles, the
 // block folds its warps through shared memory, and one atomic per block folds the blocks into
 // *out (which the caller initialised to the identity: 0 for sum, -inf for max).
+#include "pack.cuh"
 #define NEG_INF __int_as_float(0xff800000)
 
 template <typename T> struct Sum {
@@ -36,7 +37,6 @@ template <> struct Max<double> {
     }
 };
 
-template <typename T> struct alignas(4 * sizeof(T)) Pack4 { T v[4]; };
 
 template <typename T, typename Op>
 __device__ __forceinline__ void reduce_body(T* __restrict__ out, const T* __restrict__ x,
@@ -48,13 +48,13 @@ __device__ __forceinline__ void reduce_body(T* __restrict__ out, const T* __rest
     // accumulators; the rest (n % 4, or all of an unaligned x) folds one element a step.
     T a[4] = {identity, identity, identity, identity};
     unsigned long long head = 0;
-    if (reinterpret_cast<unsigned long long>(x) % sizeof(Pack4<T>) == 0) {
-        const Pack4<T>* xv = reinterpret_cast<const Pack4<T>*>(x);
+    if (packs<T, 4>(x)) {
+        const Pack<T, 4>* xv = reinterpret_cast<const Pack<T, 4>*>(x);
         const unsigned long long packs = n / 4;
         unsigned long long g = tid;
         // Four packs a step, all loaded before any is folded: four loads in flight a thread.
         for (; g + 3 * stride < packs; g += 4 * stride) {
-            Pack4<T> p[4];
+            Pack<T, 4> p[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) p[u] = xv[g + u * stride];
 #pragma unroll
@@ -63,7 +63,7 @@ __device__ __forceinline__ void reduce_body(T* __restrict__ out, const T* __rest
                                                  Op::apply(p[2].v[q], p[3].v[q])));
         }
         for (; g < packs; g += stride) {
-            Pack4<T> p = xv[g];
+            Pack<T, 4> p = xv[g];
 #pragma unroll
             for (int q = 0; q < 4; ++q) a[q] = Op::apply(a[q], p.v[q]);
         }

@@ -139,22 +139,77 @@ __global__ void softmax_rows_online(float* __restrict__ y, const float* __restri
     }
 }
 
-// y (cols x rows) = x (rows x cols)^T through a 32x33 shared tile (the pad avoids bank
-// conflicts on the column reads); blocks of 32x8 threads, each thread moves 4 elements.
-template <typename T>
-__global__ void transpose(T* __restrict__ y, const T* __restrict__ x, unsigned rows,
-                          unsigned cols) {
-    __shared__ T tile[32][33];
-    unsigned c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-    for (unsigned j = threadIdx.y; j < 32; j += 8) {
-        unsigned r = r0 + j, c = c0 + threadIdx.x;
-        if (r < rows && c < cols) tile[j][threadIdx.x] = x[(unsigned long long)r * cols + c];
+// The softmax with REG float4 of the row a thread held in registers and the rest, if any, in
+// dynamic shared memory: the register file and shared memory together hold more rows an SM
+// than shared memory alone (each row has its own block), so more of x is in flight. Needs
+// cols % 4 == 0 and 16-byte aligned rows. x is read once, exp taken once an element.
+template <int REG>
+__global__ void softmax_rows_split(float* __restrict__ y, const float* __restrict__ x,
+                                   unsigned rows, unsigned cols) {
+    extern __shared__ __align__(16) unsigned char cache_bytes[];
+    float4* cache = reinterpret_cast<float4*>(cache_bytes);
+    __shared__ float shared32[32];
+    const unsigned units = cols / 4, held = REG * blockDim.x;
+    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float4* xr = reinterpret_cast<const float4*>(x + (unsigned long long)r * cols);
+        float4* yr = reinterpret_cast<float4*>(y + (unsigned long long)r * cols);
+        float4 v[REG];
+        float m = NEG_INF;
+#pragma unroll
+        for (int q = 0; q < REG; ++q) {
+            const unsigned c = q * blockDim.x + threadIdx.x;
+            v[q] = c < units ? xr[c] : make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+            m = fmaxf(m, hmax(v[q]));
+        }
+#pragma unroll 4
+        for (unsigned c = held + threadIdx.x; c < units; c += blockDim.x) {
+            const float4 w = xr[c];
+            cache[c - held] = w;
+            m = fmaxf(m, hmax(w));
+        }
+        m = block_fold<true>(m, shared32);
+        float s = 0.0f;
+#pragma unroll
+        for (int q = 0; q < REG; ++q) s += exp_minus(v[q], m);  // padding: exp(-inf) = 0
+        for (unsigned c = held + threadIdx.x; c < units; c += blockDim.x)
+            s += exp_minus(cache[c - held], m);
+        s = block_fold<false>(s, shared32);
+        const float inv = 1.0f / s;
+#pragma unroll
+        for (int q = 0; q < REG; ++q) {
+            const unsigned c = q * blockDim.x + threadIdx.x;
+            if (c < units) yr[c] = scaled(v[q], inv);
+        }
+        for (unsigned c = held + threadIdx.x; c < units; c += blockDim.x)
+            yr[c] = scaled(cache[c - held], inv);
     }
+}
+
+// y (cols x rows) = x (rows x cols)^T through a TILE x (TILE + 1) shared tile (the pad puts a
+// tile column on 32 distinct banks); blocks of 32x8 threads, each thread moves TILE * TILE / 256
+// elements, all its loads issued before the barrier.
+template <typename T, int TILE>
+__global__ void __launch_bounds__(256)
+transpose(T* __restrict__ y, const T* __restrict__ x, unsigned rows, unsigned cols) {
+    __shared__ T tile[TILE][TILE + 1];
+    const unsigned c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
+#pragma unroll
+    for (int j = 0; j < TILE; j += 8)
+#pragma unroll
+        for (int i = 0; i < TILE; i += 32) {
+            const unsigned r = r0 + j + threadIdx.y, c = c0 + i + threadIdx.x;
+            if (r < rows && c < cols)
+                tile[j + threadIdx.y][i + threadIdx.x] = x[(unsigned long long)r * cols + c];
+        }
     __syncthreads();
-    for (unsigned j = threadIdx.y; j < 32; j += 8) {
-        unsigned c = c0 + j, r = r0 + threadIdx.x;  // y[c][r] = x[r][c]
-        if (r < rows && c < cols) y[(unsigned long long)c * rows + r] = tile[threadIdx.x][j];
-    }
+#pragma unroll
+    for (int j = 0; j < TILE; j += 8)
+#pragma unroll
+        for (int i = 0; i < TILE; i += 32) {
+            const unsigned c = c0 + j + threadIdx.y, r = r0 + i + threadIdx.x;  // y[c][r] = x[r][c]
+            if (r < rows && c < cols)
+                y[(unsigned long long)c * rows + r] = tile[i + threadIdx.x][j + threadIdx.y];
+        }
 }
 
 // Inclusive scan in one pass (x read once, y written once) by decoupled look-back: each block
@@ -162,10 +217,9 @@ __global__ void transpose(T* __restrict__ y, const T* __restrict__ x, unsigned r
 // tiles whose blocks are already running), scans it in shared memory, publishes its total
 // (flag 1), adds the totals of its predecessors back to the nearest one that has published an
 // inclusive prefix (flag 2), and publishes its own. state[0] holds the ticket counter; all of
-// state is zero at the launch. Tiles are 256 threads x 32 items for 4-byte types, x 16 for
-// 8-byte ones (the same 33 KiB of shared memory).
+// state is zero at the launch. Tiles are 256 threads x ITEMS elements, look-back WIDTH tiles a
+// lane (rows.py chooses both).
 constexpr unsigned SCAN_THREADS = 256;
-template <typename T> __host__ __device__ constexpr unsigned scan_items() { return sizeof(T) == 8 ? 16 : 32; }
 __device__ __forceinline__ unsigned padded(unsigned i) { return i + i / 32; }
 template <typename T> __device__ __forceinline__ T warp_total(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -183,9 +237,9 @@ template <typename T> struct TileStatus<T, true> {
     __device__ void publish(unsigned t, unsigned flag, T v) {
         words[t] = ((unsigned long long)flag << 32) | *reinterpret_cast<const unsigned*>(&v);
     }
-    __device__ unsigned wait(unsigned long long p, T& v) {
-        unsigned long long w;
-        while ((w = words[p]) >> 32 == 0) {}
+    // The tile's flag (0: nothing published yet) and, where it is not 0, its value.
+    __device__ unsigned poll(unsigned long long p, T& v) {
+        const unsigned long long w = words[p];
         const unsigned bits = (unsigned)w;
         v = *reinterpret_cast<const T*>(&bits);
         return (unsigned)(w >> 32);
@@ -200,20 +254,61 @@ template <typename T> struct TileStatus<T, false> {
         __threadfence();
         flags[t] = flag;
     }
-    __device__ unsigned wait(unsigned long long p, T& v) {
-        unsigned long long f;
-        while ((f = flags[p]) == 0) {}
-        __threadfence();
-        v = __ldcg(&sums[2 * p + (f == 2u)]);
-        return (unsigned)f;
+    __device__ unsigned poll(unsigned long long p, T& v) {
+        const unsigned f = (unsigned)flags[p];
+        if (f != 0) {
+            __threadfence();
+            v = __ldcg(&sums[2 * p + (f == 2u)]);
+        }
+        return f;
     }
 };
 
-template <typename T>
+// The sum of the totals of the tiles before t back to the nearest one with an inclusive prefix
+// (and that prefix), by warp 0. Each step reads WIDTH tiles a lane, 32 * WIDTH tiles back at
+// once (lane l, slot q at tile top - 32 q - l), and spins only on tiles that have published
+// nothing yet: how far a prefix travels in one round trip to L2 is what bounds the scan, so
+// the window is wide. Tiles before tile 0 count as inclusive zeros.
+template <typename T, int WIDTH>
+__device__ T look_back(TileStatus<T>& status, unsigned t, unsigned lane) {
+    T prefix = T(0);
+    for (long long top = (long long)t - 1;; top -= 32 * WIDTH) {
+        unsigned f[WIDTH];
+        T pv[WIDTH];
+#pragma unroll
+        for (int q = 0; q < WIDTH; ++q) {  // every read issued before any is waited on
+            const long long p = top - 32 * q - lane;
+            pv[q] = T(0);
+            f[q] = p >= 0 ? status.poll(p, pv[q]) : 2u;
+        }
+#pragma unroll
+        for (int q = 0; q < WIDTH; ++q) {
+            const long long p = top - 32 * q - lane;
+            while (f[q] == 0) {
+                __nanosleep(20);
+                f[q] = status.poll(p, pv[q]);
+            }
+        }
+        unsigned nearest = 0xffffffffu;  // the distance (32 q + lane) of the nearest inclusive
+#pragma unroll
+        for (int q = WIDTH - 1; q >= 0; --q) {
+            const unsigned inclusive = __ballot_sync(0xffffffffu, f[q] == 2u);
+            if (inclusive) nearest = 32 * q + __ffs(inclusive) - 1;
+        }
+        T mine = T(0);
+#pragma unroll
+        for (int q = 0; q < WIDTH; ++q)
+            if (32u * q + lane <= nearest) mine += pv[q];
+        prefix += warp_total(mine);
+        if (nearest != 0xffffffffu) return prefix;
+    }
+}
+
+template <typename T, int ITEMS, int WIDTH>
 __global__ void __launch_bounds__(SCAN_THREADS)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
                  T* sums, unsigned long long n) {
-    constexpr unsigned ITEMS = scan_items<T>(), TILE = SCAN_THREADS * ITEMS;
+    constexpr unsigned TILE = SCAN_THREADS * ITEMS;
     __shared__ T buf[TILE + TILE / 32];
     __shared__ T warp_totals[SCAN_THREADS / 32];
     __shared__ unsigned ticket;
@@ -259,21 +354,7 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
         T prefix = T(0);
         if (t > 0) {
             if (lane == 0) status.publish(t, 1u, total);
-            // Look back 32 tiles at once, lane l at tile top - l, until the nearest tile with
-            // an inclusive prefix (tile 0 always gets one; lanes before it count as zero).
-            for (long long top = (long long)t - 1;; top -= 32) {
-                const long long p = top - lane;
-                unsigned f = 2u;
-                T pv = T(0);
-                if (p >= 0) f = status.wait(p, pv);
-                const unsigned inclusive = __ballot_sync(0xffffffffu, f == 2u);
-                if (inclusive) {  // the lowest such lane is the nearest such tile
-                    if (lane > __ffs(inclusive) - 1) pv = T(0);
-                    prefix += warp_total(pv);
-                    break;
-                }
-                prefix += warp_total(pv);
-            }
+            prefix = look_back<T, WIDTH>(status, t, lane);
         }
         if (lane == 0) {
             status.publish(t, 2u, prefix + total);

@@ -19,15 +19,33 @@ _S_TYPES = ("f32", "f64", "i32")
 # 4096 x 16384 f32) 512 gave 3.38 TB/s online and 3.31 cached, against 3.11 / 3.13 at 1024
 # and 2.84 / 2.90 at 256: three 64 KiB rows resident an SM instead of two.
 SOFTMAX_WIDE_BLOCK = 512
-# The kernel for rows that fit in shared memory: "cached" (a max fold, then an exp and sum
-# fold) or "online" (one fold of running (max, sum) pairs); both are tested, "online" was the
-# faster in the sweep above.
+# The kernel for rows that fit on chip: "cached" (the row in shared memory; a max fold, then an
+# exp and sum fold), "online" (the same cache, one fold of running (max, sum) pairs) or "split"
+# (SOFTMAX_REG float4 a thread in registers, the rest in shared memory; rows of a multiple of 4
+# floats, 16-byte aligned; other rows take "online"). All are tested.
 SOFTMAX_KERNEL = "online"
+SOFTMAX_REGS = (4, 8, 16)  # the compiled register counts of "split"
+SOFTMAX_REG = 8
 _SOFTMAX = {k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>")
             for k in ("cached", "online")}
-_EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"],
-          *(f"transpose<{C_TYPES[t]}>" for t in _T_TYPES),
-          *(f"scan_single_pass<{C_TYPES[t]}>" for t in _S_TYPES))
+_SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
+# The transpose tile edge (32 or 64, both compiled).
+TRANSPOSE_TILES = (32, 64)
+TRANSPOSE_TILE = 64
+# The scan's (elements a thread for 4-byte types, halved for 8-byte ones; look-back tiles a
+# lane a step) pairs that are compiled, and the one used.
+SCAN_CONFIGS = ((32, 1), (32, 4), (32, 8), (16, 4), (16, 8))
+SCAN_CONFIG = (32, 4)
+
+
+def _scan_name(t: str, config: tuple[int, int]) -> str:
+    items = config[0] // 2 if t == "f64" else config[0]
+    return f"scan_single_pass<{C_TYPES[t]}, {items}, {config[1]}>"
+
+
+_EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
+          *(f"transpose<{C_TYPES[t]}, {e}>" for t in _T_TYPES for e in TRANSPOSE_TILES),
+          *(_scan_name(t, c) for t in _S_TYPES for c in SCAN_CONFIGS))
 
 
 def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
@@ -53,15 +71,24 @@ def softmax(s: Any, out: Any, x: Any) -> None:
         return
     block = SOFTMAX_WIDE_BLOCK if cols >= 4096 else 256 if cols >= 256 else \
         32 * ((cols + 31) // 32)
-    config = LaunchConfig(min(rows, 65535 * 32), block)
-    cache = cols * 4
-    if cache <= s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - 1024:
+    grid = min(rows, 65535 * 32)
+    room = s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - 1024
+    vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
+    if vec and SOFTMAX_KERNEL == "split":
+        cache = max(0, cols // 4 - SOFTMAX_REG * block) * 16
+        if cache <= room:
+            s.launch(function(s, _FILE, _SPLIT[SOFTMAX_REG], _EXPRS),
+                     LaunchConfig(grid, block, shared_mem_bytes=cache),
+                     [om, xr, u32(rows), u32(cols)])
+            return
+    if cols * 4 <= room:
         # The row fits in shared memory: one read of x, one write of y.
-        vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
-        fn = function(s, _FILE, _SOFTMAX[SOFTMAX_KERNEL][vec], _EXPRS)
-        config = LaunchConfig(config.grid, block, shared_mem_bytes=cache)
+        kernel = "cached" if SOFTMAX_KERNEL == "cached" else "online"
+        fn = function(s, _FILE, _SOFTMAX[kernel][vec], _EXPRS)
+        config = LaunchConfig(grid, block, shared_mem_bytes=cols * 4)
     else:
         fn = function(s, _FILE, "softmax_rows_f32", _EXPRS)
+        config = LaunchConfig(grid, block)
     s.launch(fn, config, [om, xr, u32(rows), u32(cols)])
 
 
@@ -78,10 +105,11 @@ def transpose(s: Any, out: Any, x: Any) -> None:
         raise ValidationError(f"{op}: x is {t}; transpose takes {list(_T_TYPES)}")
     if rows == 0 or cols == 0:
         return
-    if (rows + 31) // 32 > 65535:
-        raise ValidationError(f"{op}: x has {rows} rows; at most {65535 * 32}")
-    fn = function(s, _FILE, f"transpose<{C_TYPES[t]}>", _EXPRS)
-    s.launch(fn, LaunchConfig(((cols + 31) // 32, (rows + 31) // 32), (32, 8)),
+    e = TRANSPOSE_TILE
+    if (rows + e - 1) // e > 65535:
+        raise ValidationError(f"{op}: x has {rows} rows; at most {65535 * e}")
+    fn = function(s, _FILE, f"transpose<{C_TYPES[t]}, {e}>", _EXPRS)
+    s.launch(fn, LaunchConfig(((cols + e - 1) // e, (rows + e - 1) // e), (32, 8)),
              [om, xr, u32(rows), u32(cols)])
 
 
@@ -108,7 +136,7 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    tile = 256 * (16 if t.itemsize == 8 else 32)  # scan_items<T>() of rows.cu
+    tile = 256 * (SCAN_CONFIG[0] // 2 if t.itemsize == 8 else SCAN_CONFIG[0])
     tiles = (n + tile - 1) // tile
     if tiles >= 1 << 32:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
@@ -116,6 +144,6 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     # The ticket counter, then one status word a tile; 8-byte types keep their values apart.
     state = s.alloc_zeros((tiles + 1,), np.uint64)
     sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
-    fn = function(s, _FILE, f"scan_single_pass<{C_TYPES[t.name]}>", _EXPRS)
+    fn = function(s, _FILE, _scan_name(t.name, SCAN_CONFIG), _EXPRS)
     s.launch(fn, LaunchConfig(tiles, 256), [om, xr, s.tensor_mut(state), s.tensor_mut(sums),
                                             u64(n)])
