@@ -116,7 +116,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the host side of fill, axpy and sum on small arrays, then stop")
     ap.add_argument("--matmul-sweep", action="store_true",
-                    help="time every compiled bf16 tile shape at 4096 and 8192, then stop")
+                    help="time every compiled bf16 kernel and tile shape at 4096 and 8192, "
+                         "then stop")
     ns = ap.parse_args()
     import cupy as cp
     import ml_dtypes
@@ -189,11 +190,17 @@ def main() -> int:
                 cm = s.alloc_output((size, size), np.float32)
                 ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
                 t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
-                for tile in gemm.BF16_TILES:
-                    gemm.BF16_TILE = tile
+                for kernel, tile in ([("mma.sync", t) for t in gemm.BF16_TILES] +
+                                     [("wgmma", t) for t in gemm.WGMMA_TILES]):
+                    gemm.WGMMA = kernel == "wgmma"
+                    if gemm.WGMMA:
+                        gemm.WGMMA_TILE = tile
+                    else:
+                        gemm.BF16_TILE = tile
                     t = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
-                    print(f"matmul sweep {size} tile {tile}: {2 * size**3 / t / 1e9:6.1f} "
-                          f"TFLOP/s, {t_to / t:4.0%} of cuBLAS", flush=True)
+                    print(f"matmul sweep {size} {kernel} tile {tile}: "
+                          f"{2 * size**3 / t / 1e9:6.1f} TFLOP/s, {t_to / t:4.0%} of cuBLAS",
+                          flush=True)
             return 0
         if ns.sweep:
             from tenferro.kernels import _build

@@ -526,12 +526,24 @@ class Session:
         self._modules.append(m)
         return m
 
-    def compile(self, source: str, options: Any = None, name_expressions: Any = None) -> Module:
-        """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it."""
+    def compile(self, source: str, options: Any = None, name_expressions: Any = None,
+                arch: str | None = None) -> Module:
+        """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it.
+
+        ``arch`` may name the device's own architecture with its ``a`` suffix (``"sm_90a"``:
+        architecture-specific instructions such as wgmma) or ``f`` suffix; any other
+        architecture is refused, since its CUBIN would not load here.
+        """
         op = "session.compile"
         self._check_use(op)
         major, minor = self.context.compute_capability
-        r = compile_cuda(source, arch=f"sm_{major}{minor}", options=options,
+        own = f"sm_{major}{minor}"
+        if arch is None:
+            arch = own
+        elif arch not in (own, own + "a", own + "f"):
+            raise ValidationError(f"{op}: {arch=} is not this device's architecture ({own}, "
+                                  f"{own}a or {own}f)")
+        r = compile_cuda(source, arch=arch, options=options,
                          name_expressions=name_expressions,
                          _driver_version=_driver.driver_version())
         return self._add_module(Module(self, r.image, "cubin", r.signatures, r.lowered_names, op))

@@ -12,9 +12,10 @@ SIZES = [0, 1, 31, 33, (1 << 20) + 7]
 
 @pytest.mark.parametrize(("file", "exprs"), [
     ("elementwise.cu", maps._EXPRS), ("reduce.cu", reduce._EXPRS), ("rows.cu", rows._EXPRS),
-    ("matmul.cu", gemm._EXPRS)])
+    ("matmul.cu", gemm._EXPRS), ("matmul_sm90.cu", gemm._WGMMA)])
 def test_every_source_compiles_without_a_gpu(file, exprs):
-    r = tf.compile_cuda(_build._source(file), arch="sm_90", options=["-std=c++17"],
+    arch = "sm_90a" if file == "matmul_sm90.cu" else "sm_90"
+    r = tf.compile_cuda(_build._source(file), arch=arch, options=["-std=c++17"],
                         name_expressions=list(exprs) or None)
     assert r.image and set(r.lowered_names) == set(exprs)
 
@@ -192,7 +193,7 @@ def test_row_softmax_with_minus_infinity(session, rng, monkeypatch, kernel, reg,
 @pytest.mark.gpu
 @pytest.mark.parametrize(("rows_", "cols"), [(1, 1), (31, 33), (33, 31), (1025, 70), (0, 5),
                                              (70, 130), (128, 64)])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.float16])
 @pytest.mark.parametrize("tile", rows.TRANSPOSE_TILES)
 def test_transpose(session, rng, monkeypatch, tile, rows_, cols, dtype):
     monkeypatch.setattr(rows, "TRANSPOSE_TILE", tile)
@@ -249,15 +250,23 @@ def test_matmul_f32(session, rng, m, n, kk):
                                atol=1e-4 * np.sqrt(max(kk, 1)))
 
 
+# (kernel, tile): the mma.sync kernel at each compiled tile, and on Hopper the wgmma one.
+BF16_KERNELS = [*(("mma.sync", t) for t in gemm.BF16_TILES),
+                *(("wgmma", t) for t in gemm.WGMMA_TILES)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", gemm.BF16_TILES)
+@pytest.mark.parametrize(("kernel", "tile"), BF16_KERNELS)
 @pytest.mark.parametrize(("m", "n", "kk"), [
     (1, 1, 1), (31, 33, 17), (130, 257, 100),  # the any-shape kernel
     (128, 128, 32), (256, 384, 512), (300, 200, 48), (1, 8, 8),  # pipelined: K, N % 8 == 0
-    (1000, 520, 1000), (129, 264, 40)])  # partial tiles on every side
-def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, tile, m, n, kk):
+    (1000, 520, 1000), (129, 264, 40), (384, 768, 4104)])  # partial tiles on every side
+def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk):
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    monkeypatch.setattr(gemm, "BF16_TILE", tile)
+    if kernel == "wgmma" and session.context.compute_capability != (9, 0):
+        pytest.skip("wgmma needs compute capability 9.0")
+    monkeypatch.setattr(gemm, "WGMMA", kernel == "wgmma")
+    monkeypatch.setattr(gemm, "WGMMA_TILE" if kernel == "wgmma" else "BF16_TILE", tile)
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
     out = _poisoned(session, (m, n), np.float32)
@@ -265,6 +274,29 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, tile, m, n, kk):
     want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 inputs
     np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
                                atol=1e-5 * np.sqrt(kk))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("wgmma", "kk"), [(True, 8), (False, 8), (False, 7)])
+def test_matmul_refuses_more_rows_than_the_grid_holds(session, monkeypatch, wgmma, kk):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    monkeypatch.setattr(gemm, "WGMMA", wgmma)
+    m = 65535 * 128 + 1  # one row past the grid's y extent at 128-row tiles
+    a = session.alloc_output((m, kk), ml_dtypes.bfloat16)
+    b = session.alloc_output((kk, 8), ml_dtypes.bfloat16)
+    out = session.alloc_output((m, 8), np.float32)
+    with pytest.raises(tf.ValidationError, match=rf"kernels\.matmul: M={m} is above 8388480"):
+        k.matmul(session, out, a, b)
+
+
+@pytest.mark.gpu
+def test_session_compile_refuses_another_architecture(session):
+    major, minor = session.context.compute_capability
+    other = "sm_80" if (major, minor) != (8, 0) else "sm_90"
+    with pytest.raises(tf.ValidationError,
+                       match=rf"session\.compile: arch='{other}' is not this device's "
+                             rf"architecture \(sm_{major}{minor}, "):
+        session.compile("extern \"C\" __global__ void f() {}", arch=other)
 
 
 @pytest.mark.gpu

@@ -33,17 +33,21 @@ def _source(name: str) -> str:
     return _INCLUDE.sub(lambda m: _source(m.group(1)), text)
 
 
-def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = ()) -> Any:
+def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
+             arch_suffix: str = "") -> Any:
     """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
 
     ``expressions`` are the template instantiations the file is compiled with; they are part
-    of the cache key, so a file is compiled once for each set asked.
+    of the cache key, so a file is compiled once for each set asked. ``arch_suffix="a"``
+    compiles for the device's architecture-specific target (sm_90a for wgmma).
     """
     def build(session: Any) -> Module:
+        major, minor = session.context.compute_capability
         return session.compile(_source(file), options=["-std=c++17"],
-                               name_expressions=list(expressions) or None)
+                               name_expressions=list(expressions) or None,
+                               arch=f"sm_{major}{minor}{arch_suffix}")
 
-    mod = s.resource(("tenferro.kernels", file, expressions), build, Module)
+    mod = s.resource(("tenferro.kernels", file, expressions, arch_suffix), build, Module)
     return mod.function(name)
 
 

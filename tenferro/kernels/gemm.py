@@ -7,6 +7,7 @@ from typing import Any
 from tenferro import LaunchConfig, ValidationError, u32
 
 from ._build import function
+from .rows import transpose
 
 __all__ = ["matmul"]
 
@@ -20,14 +21,22 @@ BF16_TILE = BF16_TILES[0]
 _PIPELINED = tuple("matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}>".format(*t)
                    for t in BF16_TILES)
 _EXPRS = ("matmul_f32", "matmul_bf16", *_PIPELINED)
+# Hopper (compute capability 9.0): the warpgroup kernel of matmul_sm90.cu, compiled for sm_90a,
+# at (BN, stages); B is first transposed to K-major. WGMMA turns it off (the mma.sync kernel
+# then serves, as on every other device).
+WGMMA = True
+WGMMA_TILES = ((128, 4), (256, 3), (256, 4))
+WGMMA_TILE = WGMMA_TILES[1]
+_WGMMA = tuple("matmul_bf16_wgmma<{}, {}>".format(*t) for t in WGMMA_TILES)
 
 
 def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out f32 (M, N).
 
     bf16 inputs multiply on the tensor cores with float32 accumulation; where K and N are
-    multiples of 8 and a and b are 16-byte aligned, through the pipelined kernel (cp.async,
-    ldmatrix), else through a simpler one that takes any shape.
+    multiples of 8 and a and b are 16-byte aligned, through wgmma on Hopper (b transposed
+    first into a temporary (N, K) copy) and through the pipelined mma.sync kernel (cp.async,
+    ldmatrix) elsewhere, else through a simpler one that takes any shape.
     """
     op = "kernels.matmul"
     om, ar, br = s.tensor_mut(out), s.tensor(a), s.tensor(b)
@@ -50,8 +59,12 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
 
         fill(s, om, 0.0)
         return
-    if ta == "bf16" and k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 \
-            and om.ptr % 8 == 0:
+    aligned = k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 and \
+        om.ptr % 8 == 0
+    if ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0):
+        _wgmma(s, om, ar, br, m, n, k)
+        return
+    if ta == "bf16" and aligned:
         bm, bn, wm, wn, stages, bk = BF16_TILE
         name, threads = _PIPELINED[BF16_TILES.index(BF16_TILE)], 32 * wm * wn
         smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
@@ -64,3 +77,16 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
              LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads,
                           shared_mem_bytes=smem),
              [om, ar, br, u32(m), u32(n), u32(k)])
+
+
+def _wgmma(s: Any, om: Any, ar: Any, br: Any, m: int, n: int, k: int) -> None:
+    bn, stages = WGMMA_TILE
+    if (m + 127) // 128 > 65535:  # the grid's y extent
+        raise ValidationError(f"kernels.matmul: M={m} is above {65535 * 128}")
+    bt = s.alloc_output((n, k), br.scalar_type.numpy)  # B K-major; freed in stream order
+    transpose(s, bt, br)
+    smem = stages * (128 + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
+    s.launch(function(s, "matmul_sm90.cu", _WGMMA[WGMMA_TILES.index(WGMMA_TILE)], _WGMMA,
+                      arch_suffix="a"),
+             LaunchConfig(((n + bn - 1) // bn, (m + 127) // 128), 256, shared_mem_bytes=smem),
+             [om, ar, s.tensor(bt), u32(m), u32(n), u32(k)])

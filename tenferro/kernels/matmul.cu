@@ -1,5 +1,6 @@
 // C (M x N, float) = A (M x K) B (K x N), all row-major.
 #include <cuda_bf16.h>
+#include "cp_async.cuh"
 
 // float32: a 64x64 tile of C per block of 256 threads, each thread 4x4 outputs, K in steps of 16
 // through shared memory.
@@ -142,13 +143,6 @@ matmul_bf16(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
 // 16-byte aligned A and B (every 16-byte chunk then lies wholly inside or outside the matrix;
 // outside chunks are zero-filled by cp.async's source size of 0); matmul() checks that and
 // takes matmul_bf16 otherwise.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(inside ? 16 : 0));
-}
 __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));

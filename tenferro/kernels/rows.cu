@@ -304,13 +304,16 @@ __device__ T look_back(TileStatus<T>& status, unsigned t, unsigned lane) {
     }
 }
 
+// The block scans its tile into shared memory before the look-back (each thread's elements
+// carry their offset within the tile), so nothing is held in registers while warp 0 looks back
+// and the other warps wait: that keeps a thread under 64 registers, four blocks an SM.
 template <typename T, int ITEMS, int WIDTH>
-__global__ void __launch_bounds__(SCAN_THREADS)
+__global__ void __launch_bounds__(SCAN_THREADS, 4)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
                  T* sums, unsigned long long n) {
-    constexpr unsigned TILE = SCAN_THREADS * ITEMS;
+    constexpr unsigned TILE = SCAN_THREADS * ITEMS, WARPS = SCAN_THREADS / 32;
     __shared__ T buf[TILE + TILE / 32];
-    __shared__ T warp_totals[SCAN_THREADS / 32];
+    __shared__ T warp_totals[WARPS];
     __shared__ unsigned ticket;
     __shared__ T tile_prefix;
     if (threadIdx.x == 0) ticket = atomicAdd(reinterpret_cast<unsigned*>(state), 1u);
@@ -323,52 +326,49 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
         buf[padded(e)] = base + e < n ? x[base + e] : T(0);
     }
     __syncthreads();
-    T v[ITEMS];  // each thread scans ITEMS consecutive elements
-#pragma unroll
-    for (unsigned j = 0; j < ITEMS; ++j) v[j] = buf[padded(threadIdx.x * ITEMS + j)];
-#pragma unroll
-    for (unsigned j = 1; j < ITEMS; ++j) v[j] += v[j - 1];
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    T run = v[ITEMS - 1];
-    for (int o = 1; o < 32; o <<= 1) {
-        const T u = __shfl_up_sync(0xffffffffu, run, o);
-        if (lane >= o) run += u;
-    }
-    T before = __shfl_up_sync(0xffffffffu, run, 1);  // what this warp's earlier lanes hold
-    if (lane == 0) before = T(0);
-    if (lane == 31) warp_totals[warp] = run;
-    __syncthreads();
-    if (warp == 0) {
-        // The block's total and each warp's exclusive prefix, by a shuffle scan of the totals.
-        const T wt = lane < SCAN_THREADS / 32 ? warp_totals[lane] : T(0);
-        T wincl = wt;
+    {
+        T v[ITEMS];  // each thread scans ITEMS consecutive elements
+#pragma unroll
+        for (unsigned j = 0; j < ITEMS; ++j) v[j] = buf[padded(threadIdx.x * ITEMS + j)];
+#pragma unroll
+        for (unsigned j = 1; j < ITEMS; ++j) v[j] += v[j - 1];
+        T run = v[ITEMS - 1];
+        for (int o = 1; o < 32; o <<= 1) {
+            const T u = __shfl_up_sync(0xffffffffu, run, o);
+            if (lane >= o) run += u;
+        }
+        T before = __shfl_up_sync(0xffffffffu, run, 1);  // what this warp's earlier lanes hold
+        if (lane == 0) before = T(0);
+        if (lane == 31) warp_totals[warp] = run;
+        __syncthreads();
+        // Every warp scans the warp totals itself (no barrier for warp 0's result): its own
+        // exclusive prefix, and the tile's total.
+        T wincl = lane < WARPS ? warp_totals[lane] : T(0);
         for (int o = 1; o < 32; o <<= 1) {
             const T u = __shfl_up_sync(0xffffffffu, wincl, o);
             if (lane >= o) wincl += u;
         }
-        const T total = __shfl_sync(0xffffffffu, wincl, SCAN_THREADS / 32 - 1);
-        const T wexcl = __shfl_up_sync(0xffffffffu, wincl, 1);
-        __syncwarp();
-        if (lane < SCAN_THREADS / 32) warp_totals[lane] = lane == 0 ? T(0) : wexcl;
+        const T total = __shfl_sync(0xffffffffu, wincl, WARPS - 1);
+        const T wexcl = warp == 0 ? T(0) : __shfl_sync(0xffffffffu, wincl, (warp + 31) & 31);
         TileStatus<T> status(state, sums);
-        T prefix = T(0);
-        if (t > 0) {
-            if (lane == 0) status.publish(t, 1u, total);
-            prefix = look_back<T, WIDTH>(status, t, lane);
-        }
-        if (lane == 0) {
-            status.publish(t, 2u, prefix + total);
-            tile_prefix = prefix;
+        if (warp == 0 && lane == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
+        const T add = wexcl + before;
+#pragma unroll
+        for (unsigned j = 0; j < ITEMS; ++j) buf[padded(threadIdx.x * ITEMS + j)] = v[j] + add;
+        if (warp == 0) {
+            const T prefix = t > 0 ? look_back<T, WIDTH>(status, t, lane) : T(0);
+            if (lane == 0) {
+                status.publish(t, 2u, prefix + total);
+                tile_prefix = prefix;
+            }
         }
     }
     __syncthreads();
-    const T add = tile_prefix + warp_totals[warp] + before;
-#pragma unroll
-    for (unsigned j = 0; j < ITEMS; ++j) buf[padded(threadIdx.x * ITEMS + j)] = v[j] + add;
-    __syncthreads();
+    const T prefix = tile_prefix;
 #pragma unroll
     for (unsigned j = 0; j < ITEMS; ++j) {
         const unsigned e = j * SCAN_THREADS + threadIdx.x;
-        if (base + e < n) y[base + e] = buf[padded(e)];
+        if (base + e < n) y[base + e] = buf[padded(e)] + prefix;
     }
 }

@@ -13,7 +13,10 @@ from ._build import C_TYPES, function
 __all__ = ["cumsum", "softmax", "transpose"]
 
 _FILE = "rows.cu"
-_T_TYPES = ("f32", "f64", "i32")
+_T_TYPES = ("f32", "f64", "i32", "f16", "bf16")
+# transpose moves bits: 2-byte types share one instantiation.
+_T_CTYPES = {"f32": "float", "f64": "double", "i32": "int", "f16": "unsigned short",
+             "bf16": "unsigned short"}
 _S_TYPES = ("f32", "f64", "i32")
 # Threads a row for rows of 4096 columns or more. On the H200 (benchmarks/kernels.py --sweep,
 # 4096 x 16384 f32) 512 gave 3.38 TB/s online and 3.31 cached, against 3.11 / 3.13 at 1024
@@ -23,7 +26,7 @@ SOFTMAX_WIDE_BLOCK = 512
 # exp and sum fold), "online" (the same cache, one fold of running (max, sum) pairs) or "split"
 # (SOFTMAX_REG float4 a thread in registers, the rest in shared memory; rows of a multiple of 4
 # floats, 16-byte aligned; other rows take "online"). All are tested.
-SOFTMAX_KERNEL = "online"
+SOFTMAX_KERNEL = "split"
 SOFTMAX_REGS = (4, 8, 16)  # the compiled register counts of "split"
 SOFTMAX_REG = 8
 _SOFTMAX = {k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>")
@@ -34,8 +37,8 @@ TRANSPOSE_TILES = (32, 64)
 TRANSPOSE_TILE = 64
 # The scan's (elements a thread for 4-byte types, halved for 8-byte ones; look-back tiles a
 # lane a step) pairs that are compiled, and the one used.
-SCAN_CONFIGS = ((32, 1), (32, 4), (32, 8), (16, 4), (16, 8))
-SCAN_CONFIG = (32, 4)
+SCAN_CONFIGS = ((32, 1), (32, 2), (16, 1), (16, 2))
+SCAN_CONFIG = (32, 1)
 
 
 def _scan_name(t: str, config: tuple[int, int]) -> str:
@@ -44,7 +47,8 @@ def _scan_name(t: str, config: tuple[int, int]) -> str:
 
 
 _EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
-          *(f"transpose<{C_TYPES[t]}, {e}>" for t in _T_TYPES for e in TRANSPOSE_TILES),
+          *(f"transpose<{c}, {e}>" for c in dict.fromkeys(_T_CTYPES.values())
+            for e in TRANSPOSE_TILES),
           *(_scan_name(t, c) for t in _S_TYPES for c in SCAN_CONFIGS))
 
 
@@ -93,7 +97,7 @@ def softmax(s: Any, out: Any, x: Any) -> None:
 
 
 def transpose(s: Any, out: Any, x: Any) -> None:
-    """``out = x.T`` for a 2-D ``x`` (f32, f64 or i32) through shared-memory tiles."""
+    """``out = x.T`` for a 2-D ``x`` (f32, f64, i32, f16 or bf16) through shared-memory tiles."""
     op = "kernels.transpose"
     om, xr = s.tensor_mut(out), s.tensor(x)
     rows, cols = _two_d(xr, op, "x")
@@ -108,7 +112,7 @@ def transpose(s: Any, out: Any, x: Any) -> None:
     e = TRANSPOSE_TILE
     if (rows + e - 1) // e > 65535:
         raise ValidationError(f"{op}: x has {rows} rows; at most {65535 * e}")
-    fn = function(s, _FILE, f"transpose<{C_TYPES[t]}, {e}>", _EXPRS)
+    fn = function(s, _FILE, f"transpose<{_T_CTYPES[t]}, {e}>", _EXPRS)
     s.launch(fn, LaunchConfig(((cols + e - 1) // e, (rows + e - 1) // e), (32, 8)),
              [om, xr, u32(rows), u32(cols)])
 

@@ -1,0 +1,12 @@
+// Asynchronous global-to-shared copies (sm_80+), shared by the matrix multiplies.
+#pragma once
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 bytes from src to dst without passing through registers; inside == false writes zeros
+// (a source size of 0), so a tile's chunks outside the matrix need no second path.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(inside ? 16 : 0));
+}

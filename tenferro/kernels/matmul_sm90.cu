@@ -1,0 +1,142 @@
+// C (M x N, float) = A (M x K) Bt (N x K)^T on Hopper's warpgroup tensor cores (wgmma), sm_90a
+// only: both operands K-major (gemm.py transposes B first). A block of two warpgroups computes
+// a BM=128 x BN tile, warpgroup w rows 64w..64w+63; K in tiles of 64 (one 128-byte row of
+// each operand a tile row) through a STAGES-deep cp.async ring in shared memory, written in
+// the 128-byte swizzle wgmma's descriptors name (16-byte chunk c of row r at c ^ (r % 8)).
+// Needs K % 8 == 0 and 16-byte aligned A and Bt: every chunk lies wholly inside or outside.
+#include <cuda_bf16.h>
+#include "cp_async.cuh"
+
+// A shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* p) {
+    return ((smem_addr(p) & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a,
+                                                  unsigned long long b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b));
+}
+
+__device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a,
+                                                  unsigned long long b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b));
+}
+
+template <int BN> __device__ __forceinline__ void wgmma_tile(float* d, unsigned long long a,
+                                                            unsigned long long b) {
+    if constexpr (BN == 128) wgmma_m64n128k16(d, a, b);
+    else wgmma_m64n256k16(d, a, b);
+}
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(256, 1)
+matmul_bf16_wgmma(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
+                  const __nv_bfloat16* __restrict__ Bt, unsigned M, unsigned N, unsigned K) {
+    constexpr int BM = 128, BK = 64, THREADS = 256;
+    constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements; rows of 128 bytes
+    extern __shared__ unsigned char smem_raw[];
+    // The swizzle is a function of the address: tiles start on 1024-byte boundaries.
+    __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(
+        (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+    __nv_bfloat16* Bs = As + STAGES * A_STAGE;
+    const unsigned wg = threadIdx.x / 128;
+    // Groups of 8 block-rows, column by column, as matmul_bf16_pipelined (L2 reuse).
+    const unsigned pid = blockIdx.y * gridDim.x + blockIdx.x, per_group = 8 * gridDim.x;
+    const unsigned first = pid / per_group * 8, rows_in_group = min(gridDim.y - first, 8u);
+    const unsigned m0 = (first + pid % per_group % rows_in_group) * BM;
+    const unsigned n0 = pid % per_group / rows_in_group * BN;
+    const unsigned tiles = (K + BK - 1) / BK;
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+
+    auto load = [&](int slot, unsigned tile) {
+        const unsigned k0 = tile * BK;
+        unsigned char* as = reinterpret_cast<unsigned char*>(As + slot * A_STAGE);
+        unsigned char* bs = reinterpret_cast<unsigned char*>(Bs + slot * B_STAGE);
+#pragma unroll
+        for (int e = threadIdx.x; e < BM * 8; e += THREADS) {
+            const unsigned r = e / 8, c = e % 8, gm = m0 + r, gk = k0 + c * 8;
+            const bool inside = gm < M && gk < K;
+            cp_async16(as + r * 128 + ((c ^ (r & 7)) << 4),
+                       inside ? A + (unsigned long long)gm * K + gk : A, inside);
+        }
+#pragma unroll
+        for (int e = threadIdx.x; e < BN * 8; e += THREADS) {
+            const unsigned r = e / 8, c = e % 8, gn = n0 + r, gk = k0 + c * 8;
+            const bool inside = gn < N && gk < K;
+            cp_async16(bs + r * 128 + ((c ^ (r & 7)) << 4),
+                       inside ? Bt + (unsigned long long)gn * K + gk : Bt, inside);
+        }
+    };
+
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) {
+        if (t < tiles) load(t, t);
+        asm volatile("cp.async.commit_group;\n");
+    }
+    for (unsigned t = 0; t < tiles; ++t) {
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+        // cp.async wrote through the generic proxy; wgmma reads through the async one.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();  // tile t landed for all; every wgmma of tile t - 1 has completed
+        if (t + STAGES - 1 < tiles) load((t + STAGES - 1) % STAGES, t + STAGES - 1);
+        asm volatile("cp.async.commit_group;\n");
+        const __nv_bfloat16* as = As + (t % STAGES) * A_STAGE + wg * 64 * BK;
+        const __nv_bfloat16* bs = Bs + (t % STAGES) * B_STAGE;
+        const unsigned long long da = wgmma_desc(as), db = wgmma_desc(bs);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)  // 16 elements = 32 bytes = 2 descriptor units
+            wgmma_tile<BN>(d, da + 2 * kk, db + 2 * kk);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+    asm volatile("cp.async.wait_all;\n");
+    // The accumulator layout: warp w of the warpgroup holds rows 16w..16w+15; for each 8
+    // columns j, d[4j], d[4j+1] at row lane/4 and d[4j+2], d[4j+3] at row lane/4 + 8, columns
+    // 8j + 2 (lane % 4) and the next.
+    const unsigned w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned gm = m0 + wg * 64 + w * 16 + lane / 4 + h * 8;
+            const unsigned gn = n0 + j * 8 + (lane % 4) * 2;
+            if (gm < M && gn < N)  // N % 8 == 0: gn < N implies gn + 1 < N
+                *reinterpret_cast<float2*>(C + (unsigned long long)gm * N + gn) =
+                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        }
+}
