@@ -1,3 +1,3 @@
-python3 -m pytest -m gpu -q -x tests/test_kernels.py tests/test_session.py 2>&1 | tail -15
-python3 benchmarks/kernels.py --matmul-sweep 2>&1 | tail -20
-python3 benchmarks/kernels.py --sweep 2>&1 | grep cumsum
+python3 -m pytest -m gpu -q -x tests/test_kernels.py -k "matmul or scan or compile" 2>&1 | tail -5
+python3 benchmarks/kernels.py --matmul-sweep 2>&1 | grep wgmma
+python3 benchmarks/kernels.py --sweep 2>&1 | grep -E "cumsum|softmax split regs  8  512|transpose"

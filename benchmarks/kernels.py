@@ -229,7 +229,8 @@ def main() -> int:
                 print(f"sweep transpose tile {tile}  {bw(cases[7]):5.2f} TB/s", flush=True)
             for config in rows.SCAN_CONFIGS:
                 rows.SCAN_CONFIG = config
-                print(f"sweep cumsum {config[0]} items a thread, look-back {config[1]} a lane  "
+                print(f"sweep cumsum {config[0]} threads x {config[1]} items a tile, look-back "
+                      f"{config[2]} a lane  "
                       f"{bw(cases[8]):5.2f} TB/s", flush=True)
             print(f"sweep cast f32->f16 {bw(cases[1]):5.2f} TB/s", flush=True)
             return 0

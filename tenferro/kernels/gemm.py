@@ -25,8 +25,8 @@ _EXPRS = ("matmul_f32", "matmul_bf16", *_PIPELINED)
 # at (BN, stages); B is first transposed to K-major. WGMMA turns it off (the mma.sync kernel
 # then serves, as on every other device).
 WGMMA = True
-WGMMA_TILES = ((128, 4), (256, 3), (256, 4))
-WGMMA_TILE = WGMMA_TILES[1]
+WGMMA_TILES = ((128, 6), (256, 3), (256, 4))
+WGMMA_TILE = WGMMA_TILES[2]
 _WGMMA = tuple("matmul_bf16_wgmma<{}, {}>".format(*t) for t in WGMMA_TILES)
 
 

@@ -60,7 +60,7 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(float* d, unsigned 
     else wgmma_m64n256k16(d, a, b);
 }
 
-template <int BN, int STAGES>
+template <int BN, int STAGES>  // STAGES >= 3
 __global__ void __launch_bounds__(256, 1)
 matmul_bf16_wgmma(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
                   const __nv_bfloat16* __restrict__ Bt, unsigned M, unsigned N, unsigned K) {
@@ -102,17 +102,20 @@ matmul_bf16_wgmma(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
         }
     };
 
+    // One commit group a tile, empty past the last. One group of wgmma stays in flight while
+    // the next is issued, so the slot refilled at step t is that of tile t - 2 (whose wgmma
+    // every warpgroup has waited for before this step's barrier): STAGES - 2 tiles ahead.
 #pragma unroll
-    for (int t = 0; t < STAGES - 1; ++t) {
+    for (int t = 0; t < STAGES - 2; ++t) {
         if (t < tiles) load(t, t);
         asm volatile("cp.async.commit_group;\n");
     }
     for (unsigned t = 0; t < tiles; ++t) {
-        asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 3));
         // cp.async wrote through the generic proxy; wgmma reads through the async one.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();  // tile t landed for all; every wgmma of tile t - 1 has completed
-        if (t + STAGES - 1 < tiles) load((t + STAGES - 1) % STAGES, t + STAGES - 1);
+        __syncthreads();  // tile t landed for all; every wgmma of tile t - 2 has completed
+        if (t + STAGES - 2 < tiles) load((t + STAGES - 2) % STAGES, t + STAGES - 2);
         asm volatile("cp.async.commit_group;\n");
         const __nv_bfloat16* as = As + (t % STAGES) * A_STAGE + wg * 64 * BK;
         const __nv_bfloat16* bs = Bs + (t % STAGES) * B_STAGE;
@@ -122,8 +125,9 @@ matmul_bf16_wgmma(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
         for (int kk = 0; kk < BK / 16; ++kk)  // 16 elements = 32 bytes = 2 descriptor units
             wgmma_tile<BN>(d, da + 2 * kk, db + 2 * kk);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     asm volatile("cp.async.wait_all;\n");
     // The accumulator layout: warp w of the warpgroup holds rows 16w..16w+15; for each 8
     // columns j, d[4j], d[4j+1] at row lane/4 and d[4j+2], d[4j+3] at row lane/4 + 8, columns

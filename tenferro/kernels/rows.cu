@@ -217,9 +217,9 @@ transpose(T* __restrict__ y, const T* __restrict__ x, unsigned rows, unsigned co
 // tiles whose blocks are already running), scans it in shared memory, publishes its total
 // (flag 1), adds the totals of its predecessors back to the nearest one that has published an
 // inclusive prefix (flag 2), and publishes its own. state[0] holds the ticket counter; all of
-// state is zero at the launch. Tiles are 256 threads x ITEMS elements, look-back WIDTH tiles a
-// lane (rows.py chooses both).
-constexpr unsigned SCAN_THREADS = 256;
+// state is zero at the launch. Tiles are THREADS x ITEMS elements, look-back WIDTH tiles a lane
+// (rows.py chooses all three). A tile's prefix can only travel as far as one look-back
+// reaches in an L2 round trip, so large tiles are what make the scan run at bandwidth.
 __device__ __forceinline__ unsigned padded(unsigned i) { return i + i / 32; }
 template <typename T> __device__ __forceinline__ T warp_total(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -306,13 +306,14 @@ __device__ T look_back(TileStatus<T>& status, unsigned t, unsigned lane) {
 
 // The block scans its tile into shared memory before the look-back (each thread's elements
 // carry their offset within the tile), so nothing is held in registers while warp 0 looks back
-// and the other warps wait: that keeps a thread under 64 registers, four blocks an SM.
-template <typename T, int ITEMS, int WIDTH>
-__global__ void __launch_bounds__(SCAN_THREADS, 4)
+// and the other warps wait: that keeps a thread under 64 registers (1024 threads an SM).
+template <typename T, int THREADS, int ITEMS, int WIDTH>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
                  T* sums, unsigned long long n) {
-    constexpr unsigned TILE = SCAN_THREADS * ITEMS, WARPS = SCAN_THREADS / 32;
-    __shared__ T buf[TILE + TILE / 32];
+    constexpr unsigned TILE = THREADS * ITEMS, WARPS = THREADS / 32;
+    extern __shared__ __align__(16) unsigned char scan_bytes[];  // TILE + TILE / 32 of T
+    T* buf = reinterpret_cast<T*>(scan_bytes);
     __shared__ T warp_totals[WARPS];
     __shared__ unsigned ticket;
     __shared__ T tile_prefix;
@@ -322,7 +323,7 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
     const unsigned long long base = (unsigned long long)t * TILE;
 #pragma unroll
     for (unsigned j = 0; j < ITEMS; ++j) {  // coalesced loads, striped over the block
-        const unsigned e = j * SCAN_THREADS + threadIdx.x;
+        const unsigned e = j * THREADS + threadIdx.x;
         buf[padded(e)] = base + e < n ? x[base + e] : T(0);
     }
     __syncthreads();
@@ -368,7 +369,7 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
     const T prefix = tile_prefix;
 #pragma unroll
     for (unsigned j = 0; j < ITEMS; ++j) {
-        const unsigned e = j * SCAN_THREADS + threadIdx.x;
+        const unsigned e = j * THREADS + threadIdx.x;
         if (base + e < n) y[base + e] = buf[padded(e)] + prefix;
     }
 }

@@ -13,6 +13,7 @@ from ._build import C_TYPES, function
 __all__ = ["cumsum", "softmax", "transpose"]
 
 _FILE = "rows.cu"
+_MAX_GRID_X = (1 << 31) - 1
 _T_TYPES = ("f32", "f64", "i32", "f16", "bf16")
 # transpose moves bits: 2-byte types share one instantiation.
 _T_CTYPES = {"f32": "float", "f64": "double", "i32": "int", "f16": "unsigned short",
@@ -35,15 +36,16 @@ _SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
 # The transpose tile edge (32 or 64, both compiled).
 TRANSPOSE_TILES = (32, 64)
 TRANSPOSE_TILE = 64
-# The scan's (elements a thread for 4-byte types, halved for 8-byte ones; look-back tiles a
-# lane a step) pairs that are compiled, and the one used.
-SCAN_CONFIGS = ((32, 1), (32, 2), (16, 1), (16, 2))
-SCAN_CONFIG = (32, 1)
+# The scan's (threads a tile, elements a thread for 4-byte types (halved for 8-byte ones),
+# look-back tiles a lane) configurations that are compiled, and the one used.
+SCAN_CONFIGS = ((256, 32, 1), (512, 32, 1), (1024, 16, 1), (512, 32, 2))
+SCAN_CONFIG = (512, 32, 1)
 
 
-def _scan_name(t: str, config: tuple[int, int]) -> str:
-    items = config[0] // 2 if t == "f64" else config[0]
-    return f"scan_single_pass<{C_TYPES[t]}, {items}, {config[1]}>"
+def _scan_name(t: str, config: tuple[int, int, int]) -> str:
+    threads, items, width = config
+    items = items // 2 if t == "f64" else items
+    return f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {width}>"
 
 
 _EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
@@ -120,7 +122,8 @@ def transpose(s: Any, out: Any, x: Any) -> None:
 def cumsum(s: Any, out: Any, x: Any) -> None:
     """Inclusive prefix sum of a 1-D ``x`` (f32, f64 or i32) into ``out``, any length.
 
-    One pass over x and y (decoupled look-back over tiles of 8192 elements, 4096 for f64);
+    One pass over x and y (decoupled look-back over tiles of SCAN_CONFIG's threads x items
+    elements: 16384, 8192 for f64);
     float sums are added in tile order but not left to right, so they can differ from
     numpy's in the last bits.
     i32 wraps on overflow, as in C.
@@ -140,14 +143,16 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    tile = 256 * (SCAN_CONFIG[0] // 2 if t.itemsize == 8 else SCAN_CONFIG[0])
+    threads, items, _ = SCAN_CONFIG
+    tile = threads * (items // 2 if t.itemsize == 8 else items)
     tiles = (n + tile - 1) // tile
-    if tiles >= 1 << 32:
+    if tiles > _MAX_GRID_X:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
-                              f"{((1 << 32) - 1) * tile}")
+                              f"{_MAX_GRID_X * tile}")
     # The ticket counter, then one status word a tile; 8-byte types keep their values apart.
     state = s.alloc_zeros((tiles + 1,), np.uint64)
     sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
     fn = function(s, _FILE, _scan_name(t.name, SCAN_CONFIG), _EXPRS)
-    s.launch(fn, LaunchConfig(tiles, 256), [om, xr, s.tensor_mut(state), s.tensor_mut(sums),
-                                            u64(n)])
+    smem = (tile + tile // 32) * t.itemsize  # the padded tile of rows.cu
+    s.launch(fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem),
+             [om, xr, s.tensor_mut(state), s.tensor_mut(sums), u64(n)])
