@@ -19,25 +19,29 @@ _T_TYPES = ("f32", "f64", "i32", "f16", "bf16")
 _T_CTYPES = {"f32": "float", "f64": "double", "i32": "int", "f16": "unsigned short",
              "bf16": "unsigned short"}
 _S_TYPES = ("f32", "f64", "i32")
-# Threads a row for rows of 4096 columns or more. On the H200 (benchmarks/kernels.py --sweep,
-# 4096 x 16384 f32) 512 gave 3.38 TB/s online and 3.31 cached, against 3.11 / 3.13 at 1024
-# and 2.84 / 2.90 at 256: three 64 KiB rows resident an SM instead of two.
+# Threads a row for rows of 4096 columns or more, and the kernel for rows that fit on chip:
+# "cached" (the row in shared memory; a max fold, then an exp and sum fold), "online" (the same
+# cache, one fold of running (max, sum) pairs) or "split" (SOFTMAX_REG float4 a thread in
+# registers, the rest in shared memory; rows of a multiple of 4 floats, 16-byte aligned; other
+# rows take "online"). All are tested. On the H200 (benchmarks/kernels.py --sweep, 4096 x
+# 16384 f32, 2026-12-03) split at 8 registers and 512 threads gave 4.04-4.07 TB/s (16 at 256:
+# 4.04; 4 at 512: 3.66) against 3.39 online and 3.32 cached: the register file and shared
+# memory together hold more rows an SM than shared memory alone.
 SOFTMAX_WIDE_BLOCK = 512
-# The kernel for rows that fit on chip: "cached" (the row in shared memory; a max fold, then an
-# exp and sum fold), "online" (the same cache, one fold of running (max, sum) pairs) or "split"
-# (SOFTMAX_REG float4 a thread in registers, the rest in shared memory; rows of a multiple of 4
-# floats, 16-byte aligned; other rows take "online"). All are tested.
 SOFTMAX_KERNEL = "split"
 SOFTMAX_REGS = (4, 8, 16)  # the compiled register counts of "split"
 SOFTMAX_REG = 8
 _SOFTMAX = {k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>")
             for k in ("cached", "online")}
 _SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
-# The transpose tile edge (32 or 64, both compiled).
+# The transpose tile edge (32 or 64, both compiled; 64 moved 3.69 TB/s on the H200 sweep
+# against 3.51 at 32).
 TRANSPOSE_TILES = (32, 64)
 TRANSPOSE_TILE = 64
 # The scan's (threads a tile, elements a thread for 4-byte types (halved for 8-byte ones),
-# look-back tiles a lane) configurations that are compiled, and the one used.
+# look-back tiles a lane) configurations that are compiled, and the one used. H200 sweep
+# (2026-12-03, 256 MiB f32): 512 x 32 x 1 2.57 TB/s, 1024 x 16 x 1 2.53, 256 x 32 x 1 2.45,
+# 512 x 32 x 2 2.53: a wider look-back did not help (4 and 8 a lane were slower still).
 SCAN_CONFIGS = ((256, 32, 1), (512, 32, 1), (1024, 16, 1), (512, 32, 2))
 SCAN_CONFIG = (512, 32, 1)
 
