@@ -272,8 +272,11 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m,
     out = _poisoned(session, (m, n), np.float32)
     k.matmul(session, out, session.upload(a), session.upload(b))
     want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 inputs
+    # float32 accumulation of K unit-variance products errs like K ulps at its running
+    # magnitude (on the H200 at K=4104: up to 1.9e-3, the same bits from wgmma and mma.sync);
+    # a wrong element is off by O(1) and more.
     np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
-                               atol=1e-5 * np.sqrt(kk))
+                               atol=1e-5 * np.sqrt(kk) + 1e-6 * kk)
 
 
 @pytest.mark.gpu
