@@ -316,3 +316,13 @@ def test_kernel_fault_is_reported_and_stops_the_session():
         r.stdout + r.stderr
     assert re.search(r"REFUSED\W+session\.alloc_zeros: an earlier kernel fault", r.stdout), \
         r.stdout
+
+
+@pytest.mark.gpu
+def test_session_compile_refuses_another_architecture(session):
+    major, minor = session.context.compute_capability
+    other = "sm_80" if (major, minor) != (8, 0) else "sm_90"
+    with pytest.raises(tf.ValidationError,
+                       match=rf"session\.compile: arch='{other}' is not this device's "
+                             rf"architecture \(sm_{major}{minor}, "):
+        session.compile("extern \"C\" __global__ void f() {}", arch=other)

@@ -1,0 +1,64 @@
+"""tenferro.kernels.gemm (matmul: f32, bf16 by mma.sync and wgmma) against numpy in float64."""
+
+import numpy as np
+import pytest
+from _kernel_helpers import poisoned
+
+import tenferro as tf
+from tenferro import kernels as k
+from tenferro.kernels import gemm
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "kk"), [(1, 1, 1), (31, 33, 17), (64, 64, 64),
+                                            (130, 257, 100), (256, 128, 512), (5, 7, 0)])
+def test_matmul_f32(session, rng, m, n, kk):
+    a, b = rng.standard_normal((m, kk)), rng.standard_normal((kk, n))
+    out = poisoned(session, (m, n), np.float32)
+    k.matmul(session, out, session.upload(a.astype(np.float32)),
+             session.upload(b.astype(np.float32)))
+    want = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
+                               atol=1e-4 * np.sqrt(max(kk, 1)))
+
+
+# (kernel, tile): the mma.sync kernel at each compiled tile, and on Hopper the wgmma one.
+BF16_KERNELS = [*(("mma.sync", t) for t in gemm.BF16_TILES),
+                *(("wgmma", t) for t in gemm.WGMMA_TILES)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("kernel", "tile"), BF16_KERNELS)
+@pytest.mark.parametrize(("m", "n", "kk"), [
+    (1, 1, 1), (31, 33, 17), (130, 257, 100),  # the any-shape kernel
+    (128, 128, 32), (256, 384, 512), (300, 200, 48), (1, 8, 8),  # pipelined: K, N % 8 == 0
+    (1000, 520, 1000), (129, 264, 40), (384, 768, 4104)])  # partial tiles on every side
+def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if kernel == "wgmma" and session.context.compute_capability != (9, 0):
+        pytest.skip("wgmma needs compute capability 9.0")
+    monkeypatch.setattr(gemm, "WGMMA", kernel == "wgmma")
+    monkeypatch.setattr(gemm, "WGMMA_TILE" if kernel == "wgmma" else "BF16_TILE", tile)
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+    out = poisoned(session, (m, n), np.float32)
+    k.matmul(session, out, session.upload(a), session.upload(b))
+    want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 inputs
+    # float32 accumulation of K unit-variance products errs like K ulps at its running
+    # magnitude (on the H200 at K=4104: up to 1.9e-3, the same bits from wgmma and mma.sync);
+    # a wrong element is off by O(1) and more.
+    np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
+                               atol=1e-5 * np.sqrt(kk) + 1e-6 * kk)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("wgmma", "kk"), [(True, 8), (False, 8), (False, 7)])
+def test_matmul_refuses_more_rows_than_the_grid_holds(session, monkeypatch, wgmma, kk):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    monkeypatch.setattr(gemm, "WGMMA", wgmma)
+    m = 65535 * 128 + 1  # one row past the grid's y extent at 128-row tiles
+    a = session.alloc_output((m, kk), ml_dtypes.bfloat16)
+    b = session.alloc_output((kk, 8), ml_dtypes.bfloat16)
+    out = session.alloc_output((m, 8), np.float32)
+    with pytest.raises(tf.ValidationError, match=rf"kernels\.matmul: M={m} is above 8388480"):
+        k.matmul(session, out, a, b)

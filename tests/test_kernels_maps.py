@@ -1,0 +1,94 @@
+"""tenferro.kernels.maps (fill, cast, axpy, the fused map) against numpy in float64."""
+
+import numpy as np
+import pytest
+from _kernel_helpers import SIZES, poisoned
+
+import tenferro as tf
+from tenferro import kernels as k
+from tenferro.kernels import maps
+
+
+@pytest.mark.parametrize("ctype", ["float", "double"])
+def test_generated_fused_map_compiles_without_a_gpu(ctype):
+    params = [f"{ctype}* __restrict__ out_", f"const {ctype}* __restrict__ x_", f"{ctype} a",
+              f"const {ctype}* __restrict__ y_", "unsigned long long n__"]
+    src = maps._fused_source(ctype, params, ["x", "y"], "a * x + sin(y)")
+    assert "n__ / 4" in src
+    r = tf.compile_cuda(src, arch="sm_90")
+    assert r.image
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_fill_axpy_cast(session, rng, n):
+    y = poisoned(session, (n,), np.float32)
+    k.fill(session, y, 1.25)
+    np.testing.assert_array_equal(session.download(y), np.full(n, 1.25, np.float32))
+    x64 = rng.standard_normal(n)
+    y64 = rng.standard_normal(n)
+    yd = session.upload(y64)
+    k.axpy(session, yd, session.upload(x64), -0.5)
+    np.testing.assert_allclose(session.download(yd), -0.5 * x64 + y64, rtol=1e-15, atol=1e-15)
+    x32 = x64.astype(np.float32)
+    h = poisoned(session, (n,), np.float16)
+    k.cast(session, h, session.upload(x32))
+    np.testing.assert_array_equal(session.download(h), x32.astype(np.float16))
+    back = poisoned(session, (n,), np.float64)
+    k.cast(session, back, session.upload(x32))
+    np.testing.assert_array_equal(session.download(back), x32.astype(np.float64))
+
+
+def _shifted(tensor, n, typestr, itemsize):
+    """A view of elements 1..n of ``tensor``: its pointer is off the 4-element vector grid."""
+    from conftest import CAI
+
+    ptr = tensor.__cuda_array_interface__["data"][0] + itemsize
+    return CAI(ptr, (n,), typestr, keep=tensor)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 33, (1 << 16) + 5])
+def test_views_off_the_vector_grid_take_the_scalar_path(session, rng, n):
+    x64, y64 = rng.standard_normal(n + 1), rng.standard_normal(n + 1)
+    xd, yd = session.upload(x64), session.upload(y64)
+    k.axpy(session, _shifted(yd, n, "<f8", 8), _shifted(xd, n, "<f8", 8), 2.5)
+    want = y64.copy()
+    want[1:] = 2.5 * x64[1:] + y64[1:]
+    np.testing.assert_allclose(session.download(yd), want, rtol=1e-15, atol=1e-15)
+    out = poisoned(session, (n + 1,), np.float64)
+    k.elementwise(session, "x * y", _shifted(out, n, "<f8", 8), x=_shifted(xd, n, "<f8", 8),
+                  y=session.upload(y64[:n]))
+    got = session.download(out)
+    assert np.isnan(got[0])
+    np.testing.assert_allclose(got[1:], session.download(xd)[1:] * y64[:n], rtol=1e-15)
+    x32 = session.upload(x64.astype(np.float32))
+    h = poisoned(session, (n + 1,), np.float16)
+    k.cast(session, _shifted(h, n, "<f2", 2), _shifted(x32, n, "<f4", 4))
+    np.testing.assert_array_equal(session.download(h)[1:], x64[1:].astype(np.float32)
+                                  .astype(np.float16))
+    k.fill(session, _shifted(x32, n, "<f4", 4), 0.75)
+    np.testing.assert_array_equal(session.download(x32)[1:], np.full(n, 0.75, np.float32))
+    got = float(session.download(k.sum(session, _shifted(xd, n, "<f8", 8))))
+    np.testing.assert_allclose(got, session.download(xd)[1:].sum(), rtol=1e-12)
+
+
+@pytest.mark.gpu
+def test_cast_to_bfloat16_rounds_like_ml_dtypes(session, rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = rng.standard_normal(1000).astype(np.float32) * 100
+    out = session.alloc_output((1000,), ml_dtypes.bfloat16)
+    k.cast(session, out, session.upload(x))
+    np.testing.assert_array_equal(session.download(out).astype(np.float32),
+                                  x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_fused_elementwise_map(session, rng, n):
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    out = poisoned(session, (n,), np.float64)
+    k.elementwise(session, "a * x + sin(y) * y", out, x=session.upload(x),
+                  y=session.upload(y), a=3.0)
+    np.testing.assert_allclose(session.download(out), 3.0 * x + np.sin(y) * y, rtol=1e-14,
+                               atol=1e-14)
