@@ -229,9 +229,11 @@ def main() -> int:
                 print(f"sweep transpose tile {tile}  {bw(cases[7]):5.2f} TB/s", flush=True)
             for config in rows.SCAN_CONFIGS:
                 rows.SCAN_CONFIG = config
-                print(f"sweep cumsum {config[0]} threads x {config[1]} items a tile, look-back "
-                      f"{config[2]} a lane  "
+                print(f"sweep cumsum {config[0]} threads x {config[1]} items a tile, status "
+                      f"{config[2]} words apart, {config[3]} ns between polls  "
                       f"{bw(cases[8]):5.2f} TB/s", flush=True)
+            t_to = time_torch(torch, cases[8][3])
+            print(f"sweep cumsum torch {cases[8][1] / t_to / 1e9:5.2f} TB/s", flush=True)
             print(f"sweep cast f32->f16 {bw(cases[1]):5.2f} TB/s", flush=True)
             return 0
         for name, nbytes, f_tf, f_torch, f_cp in cases:

@@ -92,6 +92,6 @@ def test_inclusive_scan(session, rng, n):
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", rows.SCAN_CONFIGS)
 @pytest.mark.parametrize("n", [1, 4097, 8193, 16383, 16385, 300 * 4096 + 5])  # tile edges
-def test_inclusive_scan_at_each_tile_and_look_back_width(session, rng, monkeypatch, config, n):
+def test_inclusive_scan_at_each_tile_and_polling_config(session, rng, monkeypatch, config, n):
     monkeypatch.setattr(rows, "SCAN_CONFIG", config)
     _check_scans(session, rng, n)

@@ -217,45 +217,47 @@ transpose(T* __restrict__ y, const T* __restrict__ x, unsigned rows, unsigned co
 // tiles whose blocks are already running), scans it in shared memory, publishes its total
 // (flag 1), adds the totals of its predecessors back to the nearest one that has published an
 // inclusive prefix (flag 2), and publishes its own. state[0] holds the ticket counter; all of
-// state is zero at the launch. Tiles are THREADS x ITEMS elements, look-back WIDTH tiles a lane
-// (rows.py chooses all three). A tile's prefix can only travel as far as one look-back
-// reaches in an L2 round trip, so large tiles are what make the scan run at bandwidth.
+// state is zero at the launch. Tiles are THREADS x ITEMS elements; STRIDE and SLEEP shape the
+// look-back's polling (rows.py chooses all four).
 __device__ __forceinline__ unsigned padded(unsigned i) { return i + i / 32; }
 template <typename T> __device__ __forceinline__ T warp_total(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-// A tile's status. 4-byte values travel with their flag in one 64-bit word (state[1 + t]),
-// written and read whole, so no fence is needed; 8-byte values go to sums[2t] (total) and
-// sums[2t + 1] (inclusive prefix), written before the flag (the low half of state[1 + t])
-// with a fence between, and read after it with a fence between, from L2.
-template <typename T, bool Packed = sizeof(T) == 4> struct TileStatus;
-template <typename T> struct TileStatus<T, true> {
+// A tile's status, STRIDE words apart from the next tile's (state[1 + STRIDE t]), so that a
+// look-back's 32 polls can land on 32 cache lines, and so on many L2 slices, instead of all
+// on two. 4-byte values travel with their flag in one 64-bit word, written and read whole, so
+// no fence is needed; 8-byte values go to sums[2t] (total) and sums[2t + 1] (inclusive
+// prefix), written before the flag (the low half of the word) with a fence between, and read
+// after it with a fence between, from L2.
+template <typename T, int STRIDE, bool Packed = sizeof(T) == 4> struct TileStatus;
+template <typename T, int STRIDE> struct TileStatus<T, STRIDE, true> {
     volatile unsigned long long* words;
     __device__ TileStatus(unsigned long long* state, T*) : words(state + 1) {}
     __device__ void publish(unsigned t, unsigned flag, T v) {
-        words[t] = ((unsigned long long)flag << 32) | *reinterpret_cast<const unsigned*>(&v);
+        words[(unsigned long long)t * STRIDE] =
+            ((unsigned long long)flag << 32) | *reinterpret_cast<const unsigned*>(&v);
     }
     // The tile's flag (0: nothing published yet) and, where it is not 0, its value.
     __device__ unsigned poll(unsigned long long p, T& v) {
-        const unsigned long long w = words[p];
+        const unsigned long long w = words[p * STRIDE];
         const unsigned bits = (unsigned)w;
         v = *reinterpret_cast<const T*>(&bits);
         return (unsigned)(w >> 32);
     }
 };
-template <typename T> struct TileStatus<T, false> {
+template <typename T, int STRIDE> struct TileStatus<T, STRIDE, false> {
     volatile unsigned long long* flags;
     T* sums;
     __device__ TileStatus(unsigned long long* state, T* s) : flags(state + 1), sums(s) {}
     __device__ void publish(unsigned t, unsigned flag, T v) {
         sums[2 * t + (flag == 2u)] = v;
         __threadfence();
-        flags[t] = flag;
+        flags[(unsigned long long)t * STRIDE] = flag;
     }
     __device__ unsigned poll(unsigned long long p, T& v) {
-        const unsigned f = (unsigned)flags[p];
+        const unsigned f = (unsigned)flags[p * STRIDE];
         if (f != 0) {
             __threadfence();
             v = __ldcg(&sums[2 * p + (f == 2u)]);
@@ -265,49 +267,30 @@ template <typename T> struct TileStatus<T, false> {
 };
 
 // The sum of the totals of the tiles before t back to the nearest one with an inclusive prefix
-// (and that prefix), by warp 0. Each step reads WIDTH tiles a lane, 32 * WIDTH tiles back at
-// once (lane l, slot q at tile top - 32 q - l), and spins only on tiles that have published
-// nothing yet: how far a prefix travels in one round trip to L2 is what bounds the scan, so
-// the window is wide. Tiles before tile 0 count as inclusive zeros.
-template <typename T, int WIDTH>
-__device__ T look_back(TileStatus<T>& status, unsigned t, unsigned lane) {
+// (and that prefix), by warp 0: lane l reads tile top - l, 32 tiles a step, spinning (SLEEP ns
+// between polls, to spare L2) on tiles that have published nothing yet. Tiles before tile 0
+// count as inclusive zeros. (Reading 4 or 8 tiles a lane a step was slower on the H200.)
+template <typename T, int STRIDE, int SLEEP>
+__device__ T look_back(TileStatus<T, STRIDE>& status, unsigned t, unsigned lane) {
     T prefix = T(0);
-    for (long long top = (long long)t - 1;; top -= 32 * WIDTH) {
-        unsigned f[WIDTH];
-        T pv[WIDTH];
-#pragma unroll
-        for (int q = 0; q < WIDTH; ++q) {  // every read issued before any is waited on
-            const long long p = top - 32 * q - lane;
-            pv[q] = T(0);
-            f[q] = p >= 0 ? status.poll(p, pv[q]) : 2u;
+    for (long long top = (long long)t - 1;; top -= 32) {
+        const long long p = top - lane;
+        T pv = T(0);
+        unsigned f = 2u;
+        if (p >= 0) {
+            while ((f = status.poll(p, pv)) == 0) __nanosleep(SLEEP);
         }
-#pragma unroll
-        for (int q = 0; q < WIDTH; ++q) {
-            const long long p = top - 32 * q - lane;
-            while (f[q] == 0) {
-                __nanosleep(20);
-                f[q] = status.poll(p, pv[q]);
-            }
-        }
-        unsigned nearest = 0xffffffffu;  // the distance (32 q + lane) of the nearest inclusive
-#pragma unroll
-        for (int q = WIDTH - 1; q >= 0; --q) {
-            const unsigned inclusive = __ballot_sync(0xffffffffu, f[q] == 2u);
-            if (inclusive) nearest = 32 * q + __ffs(inclusive) - 1;
-        }
-        T mine = T(0);
-#pragma unroll
-        for (int q = 0; q < WIDTH; ++q)
-            if (32u * q + lane <= nearest) mine += pv[q];
-        prefix += warp_total(mine);
-        if (nearest != 0xffffffffu) return prefix;
+        const unsigned inclusive = __ballot_sync(0xffffffffu, f == 2u);
+        if (inclusive && lane > __ffs(inclusive) - 1) pv = T(0);  // beyond the nearest one
+        prefix += warp_total(pv);
+        if (inclusive) return prefix;
     }
 }
 
 // The block scans its tile into shared memory before the look-back (each thread's elements
 // carry their offset within the tile), so nothing is held in registers while warp 0 looks back
 // and the other warps wait: that keeps a thread under 64 registers (1024 threads an SM).
-template <typename T, int THREADS, int ITEMS, int WIDTH>
+template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
                  T* sums, unsigned long long n) {
@@ -352,13 +335,13 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
         }
         const T total = __shfl_sync(0xffffffffu, wincl, WARPS - 1);
         const T wexcl = warp == 0 ? T(0) : __shfl_sync(0xffffffffu, wincl, (warp + 31) & 31);
-        TileStatus<T> status(state, sums);
+        TileStatus<T, STRIDE> status(state, sums);
         if (warp == 0 && lane == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
         const T add = wexcl + before;
 #pragma unroll
         for (unsigned j = 0; j < ITEMS; ++j) buf[padded(threadIdx.x * ITEMS + j)] = v[j] + add;
         if (warp == 0) {
-            const T prefix = t > 0 ? look_back<T, WIDTH>(status, t, lane) : T(0);
+            const T prefix = t > 0 ? look_back<T, STRIDE, SLEEP>(status, t, lane) : T(0);
             if (lane == 0) {
                 status.publish(t, 2u, prefix + total);
                 tile_prefix = prefix;

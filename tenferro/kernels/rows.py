@@ -39,17 +39,19 @@ _SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
 TRANSPOSE_TILES = (32, 64)
 TRANSPOSE_TILE = 64
 # The scan's (threads a tile, elements a thread for 4-byte types (halved for 8-byte ones),
-# look-back tiles a lane) configurations that are compiled, and the one used. H200 sweep
-# (2026-12-03, 256 MiB f32): 512 x 32 x 1 2.57 TB/s, 1024 x 16 x 1 2.53, 256 x 32 x 1 2.45,
-# 512 x 32 x 2 2.53: a wider look-back did not help (4 and 8 a lane were slower still).
-SCAN_CONFIGS = ((256, 32, 1), (512, 32, 1), (1024, 16, 1), (512, 32, 2))
-SCAN_CONFIG = (512, 32, 1)
+# words between tiles' status, ns between polls) configurations that are compiled, and the one
+# used. H200 sweep (2026-12-03, 256 MiB f32) before the last two were parameters (1, 20):
+# 512 x 32 2.57 TB/s, 1024 x 16 2.53, 256 x 32 2.45; reading 2, 4 or 8 tiles a lane a step
+# instead of 1 was slower each time.
+SCAN_CONFIGS = ((512, 32, 1, 20), (512, 32, 16, 20), (512, 32, 1, 200), (512, 32, 16, 200),
+                (256, 32, 16, 20), (1024, 16, 16, 20))
+SCAN_CONFIG = (512, 32, 1, 20)
 
 
-def _scan_name(t: str, config: tuple[int, int, int]) -> str:
-    threads, items, width = config
+def _scan_name(t: str, config: tuple[int, int, int, int]) -> str:
+    threads, items, stride, sleep = config
     items = items // 2 if t == "f64" else items
-    return f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {width}>"
+    return f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {stride}, {sleep}>"
 
 
 _EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
@@ -147,14 +149,15 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    threads, items, _ = SCAN_CONFIG
+    threads, items, stride, _ = SCAN_CONFIG
     tile = threads * (items // 2 if t.itemsize == 8 else items)
     tiles = (n + tile - 1) // tile
     if tiles > _MAX_GRID_X:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
                               f"{_MAX_GRID_X * tile}")
-    # The ticket counter, then one status word a tile; 8-byte types keep their values apart.
-    state = s.alloc_zeros((tiles + 1,), np.uint64)
+    # The ticket counter, then a status word every `stride` words; 8-byte types keep their
+    # values apart.
+    state = s.alloc_zeros((tiles * stride + 1,), np.uint64)
     sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
     fn = function(s, _FILE, _scan_name(t.name, SCAN_CONFIG), _EXPRS)
     smem = (tile + tile // 32) * t.itemsize  # the padded tile of rows.cu
