@@ -63,32 +63,28 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         return
     aligned = k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 and \
         om.ptr % 8 == 0
-    if ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0):
-        _wgmma(s, om, ar, br, m, n, k)
-        return
-    if ta == "bf16" and aligned:
+    # Pick the kernel and its geometry, then check and launch once.
+    wgmma = ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0)
+    if wgmma:
+        bn, stages = WGMMA_TILE
+        bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA
+        name = _WGMMA[WGMMA_TILES.index(WGMMA_TILE)]
+        smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
+    elif ta == "bf16" and aligned:
         bm, bn, wm, wn, stages, bk = BF16_TILE
-        name, threads = _PIPELINED[BF16_TILES.index(BF16_TILE)], 32 * wm * wn
+        name, threads, file, exprs = _PIPELINED[BF16_TILES.index(BF16_TILE)], 32 * wm * wn, \
+            _FILE, _EXPRS
         smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
     else:
         bm = bn = 64 if ta == "f32" else 128
-        name, threads, smem = f"matmul_{ta}", 256, 0
+        name, threads, smem, file, exprs = f"matmul_{ta}", 256, 0, _FILE, _EXPRS
     if (m + bm - 1) // bm > 65535:  # the grid's y extent
         raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
-    s.launch(function(s, _FILE, name, _EXPRS),
+    if wgmma:  # the kernel takes B K-major: a temporary (N, K) copy, freed in stream order
+        bt = s.alloc_output((n, k), br.scalar_type.numpy)
+        transpose(s, bt, br)
+        br = s.tensor(bt)
+    s.launch(function(s, file, name, exprs, arch_suffix="a" if wgmma else ""),
              LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads,
                           shared_mem_bytes=smem),
              [om, ar, br, u32(m), u32(n), u32(k)])
-
-
-def _wgmma(s: Any, om: Any, ar: Any, br: Any, m: int, n: int, k: int) -> None:
-    bn, stages = WGMMA_TILE
-    if (m + 127) // 128 > 65535:  # the grid's y extent
-        raise ValidationError(f"kernels.matmul: M={m} is above {65535 * 128}")
-    bt = s.alloc_output((n, k), br.scalar_type.numpy)  # B K-major; freed in stream order
-    transpose(s, bt, br)
-    smem = stages * (128 + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
-    s.launch(function(s, "matmul_sm90.cu", _WGMMA[WGMMA_TILES.index(WGMMA_TILE)], _WGMMA,
-                      arch_suffix="a"),
-             LaunchConfig(((n + bn - 1) // bn, (m + 127) // 128), 256, shared_mem_bytes=smem),
-             [om, ar, s.tensor(bt), u32(m), u32(n), u32(k)])
