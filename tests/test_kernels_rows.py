@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from _kernel_helpers import SIZES, poisoned
 
+import tenferro as tf
 from tenferro import kernels as k
 from tenferro.kernels import rows
 
@@ -61,6 +62,18 @@ def test_transpose(session, rng, monkeypatch, tile, rows_, cols, dtype):
     out = poisoned(session, (cols, rows_), dtype)
     k.transpose(session, out, session.upload(x))
     np.testing.assert_array_equal(session.download(out), x.T)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", rows.TRANSPOSE_TILES)
+def test_transpose_refuses_more_rows_than_the_grid_holds(session, monkeypatch, tile):
+    monkeypatch.setattr(rows, "TRANSPOSE_TILE", tile)
+    n = 65535 * tile + 1  # one row past the grid's y extent
+    x = session.alloc_output((n, 1), np.float32)
+    out = session.alloc_output((1, n), np.float32)
+    with pytest.raises(tf.ValidationError,
+                       match=rf"kernels\.transpose: x has {n} rows; at most {n - 1}$"):
+        k.transpose(session, out, x)
 
 
 def _check_scans(session, rng, n):
