@@ -109,9 +109,10 @@ def time_cupy(cp, fn, label="cupy"):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sweep", action="store_true",
+    ap.add_argument("--sweep", nargs="?", const="all", choices=("all", "cumsum"),
                     help="time sum at several blocks an SM (the capped grid-stride loop), "
-                         "softmax, transpose and cumsum at each compiled variant, then stop")
+                         "softmax, transpose and cumsum at each compiled variant, then stop; "
+                         "'--sweep cumsum': the cumsum variants alone")
     ap.add_argument("--no-matmul", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the host side of fill, axpy and sum on small arrays, then stop")
@@ -203,38 +204,40 @@ def main() -> int:
                           flush=True)
             return 0
         if ns.sweep:
-            from tenferro.kernels import _build
-
-            for per_sm in (4, 8, 32, 1 << 20):  # the last: no cap, one step a thread
-                _build.BLOCKS_PER_SM = per_sm
-                for name, nbytes, f_tf, _, _ in (cases[4],):
-                    print(f"sweep {per_sm:3d} blocks/SM  {name:<8} "
-                          f"{nbytes / time_tf(s, f_tf) / 1e9:5.2f} TB/s", flush=True)
-            from tenferro.kernels import rows
+            from tenferro.kernels import _build, rows
 
             def bw(case):
                 _, nbytes, f_tf, _, _ = case
                 return nbytes / time_tf(s, f_tf) / 1e9
 
-            for kernel, reg, block in (("online", 0, 512), ("cached", 0, 512),
-                                       *(("split", r, b) for r in rows.SOFTMAX_REGS
-                                         for b in (256, 512, 1024) if r * b <= 8192)):
-                rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG = kernel, reg or 8
-                rows.SOFTMAX_WIDE_BLOCK = block
-                print(f"sweep softmax {kernel} regs {reg:2d} {block:4d} threads a row  "
-                      f"{bw(cases[6]):5.2f} TB/s", flush=True)
-            rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK = "online", 8, 512
-            for tile in rows.TRANSPOSE_TILES:
-                rows.TRANSPOSE_TILE = tile
-                print(f"sweep transpose tile {tile}  {bw(cases[7]):5.2f} TB/s", flush=True)
+            if ns.sweep == "all":
+                for per_sm in (4, 8, 32, 1 << 20):  # the last: no cap, one step a thread
+                    _build.BLOCKS_PER_SM = per_sm
+                    print(f"sweep {per_sm:3d} blocks/SM  {cases[4][0]:<8} {bw(cases[4]):5.2f} "
+                          "TB/s", flush=True)
+                _build.BLOCKS_PER_SM = 8
+                defaults = rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK
+                for kernel, reg, block in (("online", 0, 512), ("cached", 0, 512),
+                                           *(("split", r, b) for r in rows.SOFTMAX_REGS
+                                             for b in (256, 512, 1024) if r * b <= 8192)):
+                    rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG = kernel, reg or 8
+                    rows.SOFTMAX_WIDE_BLOCK = block
+                    print(f"sweep softmax {kernel} regs {reg:2d} {block:4d} threads a row  "
+                          f"{bw(cases[6]):5.2f} TB/s", flush=True)
+                rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK = defaults
+                for tile in rows.TRANSPOSE_TILES:
+                    rows.TRANSPOSE_TILE = tile
+                    print(f"sweep transpose tile {tile}  {bw(cases[7]):5.2f} TB/s", flush=True)
             for config in rows.SCAN_CONFIGS:
                 rows.SCAN_CONFIG = config
                 print(f"sweep cumsum {config[0]} threads x {config[1]} items a tile, status "
-                      f"{config[2]} words apart, {config[3]} ns between polls  "
-                      f"{bw(cases[8]):5.2f} TB/s", flush=True)
+                      f"{config[2]} words apart, {config[3]} ns between polls, "
+                      f"{config[4]} blocks an SM, cp.async {config[5]}  {bw(cases[8]):5.2f} TB/s",
+                      flush=True)
             t_to = time_torch(torch, cases[8][3])
             print(f"sweep cumsum torch {cases[8][1] / t_to / 1e9:5.2f} TB/s", flush=True)
-            print(f"sweep cast f32->f16 {bw(cases[1]):5.2f} TB/s", flush=True)
+            if ns.sweep == "all":
+                print(f"sweep cast f32->f16 {bw(cases[1]):5.2f} TB/s", flush=True)
             return 0
         for name, nbytes, f_tf, f_torch, f_cp in cases:
             ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}

@@ -108,3 +108,18 @@ def test_inclusive_scan(session, rng, n):
 def test_inclusive_scan_at_each_tile_and_polling_config(session, rng, monkeypatch, config, n):
     monkeypatch.setattr(rows, "SCAN_CONFIG", config)
     _check_scans(session, rng, n)
+
+
+@pytest.mark.gpu
+def test_scan_takes_the_small_tile_where_shared_memory_is_short(session, rng, monkeypatch):
+    # A device with 48 KiB a block (sm_75 has 64): the default tile's 66 KiB would not launch.
+    ctx_type = type(session.context)
+    attribute = ctx_type.attribute
+    monkeypatch.setattr(ctx_type, "attribute", lambda self, name: 48 << 10 if
+                        name == "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN" else attribute(self, name))
+    names = []
+    function = rows.function
+    monkeypatch.setattr(rows, "function", lambda s, f, name, e: names.append(name) or
+                        function(s, f, name, e))
+    _check_scans(session, rng, 5 * 16384 + 7)
+    assert names == [rows._scan_name(t, rows.SCAN_SMALL) for t in ("f64", "i32", "f32")]

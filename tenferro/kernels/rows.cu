@@ -1,4 +1,5 @@
 // Row softmax, tiled transpose and the pieces of an inclusive scan.
+#include "cp_async.cuh"
 #define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -287,67 +288,115 @@ __device__ T look_back(TileStatus<T, STRIDE>& status, unsigned t, unsigned lane)
     }
 }
 
-// The block scans its tile into shared memory before the look-back (each thread's elements
-// carry their offset within the tile), so nothing is held in registers while warp 0 looks back
-// and the other warps wait: that keeps a thread under 64 registers (1024 threads an SM).
-template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP>
-__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+// Scans the tile in buf (the padded layout) in place, each element plus the ones before it in
+// the tile; publishes the tile's total; warp 0 looks back and lane 0 writes the sum of the
+// tiles before it to *tile_prefix and publishes the tile's inclusive prefix. Each thread scans
+// ITEMS consecutive elements read from shared memory, so nothing is held while warp 0 looks
+// back and the other warps go on. HOLD keeps a thread's ITEMS in registers between its two
+// passes over them (sum, then running sums); without it, they are read twice from shared
+// memory, for blocks that must fit in few registers. The caller syncs before reading buf or
+// *tile_prefix. One barrier inside.
+template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, bool HOLD>
+__device__ __forceinline__ void scan_tile(T* buf, unsigned t, TileStatus<T, STRIDE>& status,
+                                          T* warp_totals, T* tile_prefix) {
+    constexpr unsigned WARPS = THREADS / 32;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    T v[HOLD ? ITEMS : 1];
+    T run = T(0);
+#pragma unroll
+    for (unsigned j = 0; j < ITEMS; ++j) {
+        if (HOLD) {
+            v[j] = buf[padded(threadIdx.x * ITEMS + j)] + (j > 0 ? v[j - 1] : T(0));
+            run = v[j];
+        } else {
+            run += buf[padded(threadIdx.x * ITEMS + j)];
+        }
+    }
+    for (int o = 1; o < 32; o <<= 1) {
+        const T u = __shfl_up_sync(0xffffffffu, run, o);
+        if (lane >= o) run += u;
+    }
+    T before = __shfl_up_sync(0xffffffffu, run, 1);  // what this warp's earlier lanes hold
+    if (lane == 0) before = T(0);
+    if (lane == 31) warp_totals[warp] = run;
+    __syncthreads();
+    // Every warp scans the warp totals itself (no barrier for warp 0's result): its own
+    // exclusive prefix, and the tile's total.
+    T wincl = lane < WARPS ? warp_totals[lane] : T(0);
+    for (int o = 1; o < 32; o <<= 1) {
+        const T u = __shfl_up_sync(0xffffffffu, wincl, o);
+        if (lane >= o) wincl += u;
+    }
+    const T total = __shfl_sync(0xffffffffu, wincl, WARPS - 1);
+    const T wexcl = warp == 0 ? T(0) : __shfl_sync(0xffffffffu, wincl, (warp + 31) & 31);
+    if (warp == 0 && lane == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
+    T add = wexcl + before;
+#pragma unroll
+    for (unsigned j = 0; j < ITEMS; ++j) {
+        T& e = buf[padded(threadIdx.x * ITEMS + j)];
+        if (HOLD) {
+            e = v[j] + add;
+        } else {
+            add += e;
+            e = add;
+        }
+    }
+    if (warp == 0) {
+        const T prefix = t > 0 ? look_back<T, STRIDE, SLEEP>(status, t, lane) : T(0);
+        if (lane == 0) {
+            status.publish(t, 2u, prefix + total);
+            *tile_prefix = prefix;
+        }
+    }
+}
+
+// Tile t's elements from x into buf (zeros past n). ASYNC (on sm_80 and later): cp.async
+// straight into shared memory, so no register holds a load in flight and every load of the
+// thread is issued before the first returns; otherwise through registers.
+template <typename T, int THREADS, int ITEMS, bool ASYNC>
+__device__ __forceinline__ void load_tile(T* buf, const T* x, unsigned long long base,
+                                          unsigned long long n) {
+#pragma unroll
+    for (unsigned j = 0; j < ITEMS; ++j) {  // coalesced loads, striped over the block
+        const unsigned e = j * THREADS + threadIdx.x;
+        const bool inside = base + e < n;
+#if __CUDA_ARCH__ >= 800
+        if (ASYNC) {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                         :: "r"(smem_addr(&buf[padded(e)])), "l"(x + (inside ? base + e : 0)),
+                            "n"(sizeof(T)), "r"(inside ? (unsigned)sizeof(T) : 0u));
+            continue;
+        }
+#endif
+        buf[padded(e)] = inside ? x[base + e] : T(0);
+    }
+#if __CUDA_ARCH__ >= 800
+    if (ASYNC) asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+#endif
+}
+
+// One tile a block: load, scan, store; BLOCKS resident an SM (their tiles are what keeps the
+// SM's loads in flight while a block looks back), so a thread gets 65536 / (BLOCKS x THREADS)
+// registers, and holds its ITEMS in them where that is 64 or more (HOLD).
+template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, int BLOCKS, bool ASYNC>
+__global__ void __launch_bounds__(THREADS, BLOCKS)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
                  T* sums, unsigned long long n) {
-    constexpr unsigned TILE = THREADS * ITEMS, WARPS = THREADS / 32;
+    constexpr unsigned TILE = THREADS * ITEMS;
     extern __shared__ __align__(16) unsigned char scan_bytes[];  // TILE + TILE / 32 of T
     T* buf = reinterpret_cast<T*>(scan_bytes);
-    __shared__ T warp_totals[WARPS];
+    __shared__ T warp_totals[THREADS / 32];
     __shared__ unsigned ticket;
     __shared__ T tile_prefix;
     if (threadIdx.x == 0) ticket = atomicAdd(reinterpret_cast<unsigned*>(state), 1u);
     __syncthreads();
     const unsigned t = ticket;
     const unsigned long long base = (unsigned long long)t * TILE;
-#pragma unroll
-    for (unsigned j = 0; j < ITEMS; ++j) {  // coalesced loads, striped over the block
-        const unsigned e = j * THREADS + threadIdx.x;
-        buf[padded(e)] = base + e < n ? x[base + e] : T(0);
-    }
+    load_tile<T, THREADS, ITEMS, ASYNC>(buf, x, base, n);
     __syncthreads();
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    {
-        T v[ITEMS];  // each thread scans ITEMS consecutive elements
-#pragma unroll
-        for (unsigned j = 0; j < ITEMS; ++j) v[j] = buf[padded(threadIdx.x * ITEMS + j)];
-#pragma unroll
-        for (unsigned j = 1; j < ITEMS; ++j) v[j] += v[j - 1];
-        T run = v[ITEMS - 1];
-        for (int o = 1; o < 32; o <<= 1) {
-            const T u = __shfl_up_sync(0xffffffffu, run, o);
-            if (lane >= o) run += u;
-        }
-        T before = __shfl_up_sync(0xffffffffu, run, 1);  // what this warp's earlier lanes hold
-        if (lane == 0) before = T(0);
-        if (lane == 31) warp_totals[warp] = run;
-        __syncthreads();
-        // Every warp scans the warp totals itself (no barrier for warp 0's result): its own
-        // exclusive prefix, and the tile's total.
-        T wincl = lane < WARPS ? warp_totals[lane] : T(0);
-        for (int o = 1; o < 32; o <<= 1) {
-            const T u = __shfl_up_sync(0xffffffffu, wincl, o);
-            if (lane >= o) wincl += u;
-        }
-        const T total = __shfl_sync(0xffffffffu, wincl, WARPS - 1);
-        const T wexcl = warp == 0 ? T(0) : __shfl_sync(0xffffffffu, wincl, (warp + 31) & 31);
-        TileStatus<T, STRIDE> status(state, sums);
-        if (warp == 0 && lane == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
-        const T add = wexcl + before;
-#pragma unroll
-        for (unsigned j = 0; j < ITEMS; ++j) buf[padded(threadIdx.x * ITEMS + j)] = v[j] + add;
-        if (warp == 0) {
-            const T prefix = t > 0 ? look_back<T, STRIDE, SLEEP>(status, t, lane) : T(0);
-            if (lane == 0) {
-                status.publish(t, 2u, prefix + total);
-                tile_prefix = prefix;
-            }
-        }
-    }
+    TileStatus<T, STRIDE> status(state, sums);
+    scan_tile<T, THREADS, ITEMS, STRIDE, SLEEP, BLOCKS * THREADS <= 1024>(
+        buf, t, status, warp_totals, &tile_prefix);
     __syncthreads();
     const T prefix = tile_prefix;
 #pragma unroll

@@ -38,21 +38,33 @@ _SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
 # against 3.51 at 32).
 TRANSPOSE_TILES = (32, 64)
 TRANSPOSE_TILE = 64
-# The scan's (threads a tile, elements a thread for 4-byte types (halved for 8-byte ones),
-# words between tiles' status, ns between polls) configurations that are compiled, and the one
-# used. H200 sweep (2026-12-03, 256 MiB f32): status words a cache line apart (16) gave
-# 2.85 TB/s at 512 x 32 against 2.57 packed (1), the sleep between polls (20 or 200 ns) made
-# no difference, 256 x 32 gave 2.84 and 1024 x 16 2.61; torch 2.54 in the same run. Earlier:
-# reading 2, 4 or 8 tiles a lane a step instead of 1 was slower each time.
-SCAN_CONFIGS = ((512, 32, 1, 20), (512, 32, 16, 20), (512, 32, 1, 200), (512, 32, 16, 200),
-                (256, 32, 16, 20), (1024, 16, 16, 20))
-SCAN_CONFIG = (512, 32, 16, 20)
+# The scan's configurations that are compiled, and the one used: (threads a block, elements a
+# thread for 4-byte types (halved for 8-byte ones), words between tiles' status, ns between
+# polls, blocks resident an SM, 1 to load the tile with cp.async). One tile a block; an SM's
+# resident tiles are what keeps its loads in flight while blocks look back, so tile size x
+# blocks an SM is the lever (shared memory holds them: 512 x 32 floats take 66 KiB).
+# H200 sweeps (2026-12-03, 256 MiB f32; torch 2.48-2.54 TB/s in the same runs): 512 x 32 at 2
+# an SM moved 2.83-2.85 TB/s, 3.14 with cp.async, and 3.35 at 3 an SM with cp.async (2.42
+# without: 40 registers and the loads spill); 512 x 24 or x 16 at 4 an SM 3.31 / 3.29,
+# 256 x 32 at 3 3.19, 1024 x 16 at 2 2.94. Status words a cache line apart (16) beat packed
+# ones (2.85 against 2.57), the sleep between polls (20 or 200 ns) made no difference; reading
+# 2, 4 or 8 tiles a lane a look-back step was slower each time, and so were persistent blocks
+# loading their next tiles while looking back (0.03-0.10 TB/s: a tile taken early is
+# published late, and the tiles after it wait in a convoy).
+SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 0),
+                (512, 32, 16, 20, 3, 1), (512, 24, 16, 20, 4, 1), (512, 16, 16, 20, 4, 1),
+                (256, 32, 16, 20, 3, 1), (1024, 16, 16, 20, 2, 1), (256, 16, 16, 20, 4, 0),
+                (512, 35, 16, 20, 3, 1), (256, 28, 16, 20, 7, 1), (512, 32, 32, 20, 3, 1))
+SCAN_CONFIG = (512, 32, 16, 20, 3, 1)
+# Where SCAN_CONFIG's shared memory exceeds the device's, this one (17 KiB) is taken instead.
+SCAN_SMALL = (256, 16, 16, 20, 4, 0)
 
 
-def _scan_name(t: str, config: tuple[int, int, int, int]) -> str:
-    threads, items, stride, sleep = config
+def _scan_name(t: str, config: tuple[int, ...]) -> str:
+    threads, items, stride, sleep, blocks, cp_async = config
     items = items // 2 if t == "f64" else items
-    return f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {stride}, {sleep}>"
+    return (f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {stride}, {sleep}, {blocks}, "
+            f"{'true' if cp_async else 'false'}>")
 
 
 _EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
@@ -150,8 +162,12 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    threads, items, stride, _ = SCAN_CONFIG
-    tile = threads * (items // 2 if t.itemsize == 8 else items)
+    for config in (SCAN_CONFIG, SCAN_SMALL):
+        threads, items, stride = config[:3]
+        tile = threads * (items // 2 if t.itemsize == 8 else items)
+        smem = (tile + tile // 32) * t.itemsize  # the padded tile of rows.cu
+        if smem <= s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"):
+            break
     tiles = (n + tile - 1) // tile
     if tiles > _MAX_GRID_X:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
@@ -160,7 +176,6 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     # values apart.
     state = s.alloc_zeros((tiles * stride + 1,), np.uint64)
     sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
-    fn = function(s, _FILE, _scan_name(t.name, SCAN_CONFIG), _EXPRS)
-    smem = (tile + tile // 32) * t.itemsize  # the padded tile of rows.cu
+    fn = function(s, _FILE, _scan_name(t.name, config), _EXPRS)
     s.launch(fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem),
              [om, xr, s.tensor_mut(state), s.tensor_mut(sums), u64(n)])
