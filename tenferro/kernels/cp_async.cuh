@@ -1,4 +1,5 @@
-// Asynchronous global-to-shared copies (sm_80+), shared by the matrix multiplies.
+// Asynchronous global-to-shared copies (sm_80+), shared by the matrix multiplies; the scan
+// issues its own 4- and 8-byte ones (rows.cu).
 #pragma once
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {

@@ -43,18 +43,18 @@ TRANSPOSE_TILE = 64
 # polls, blocks resident an SM, 1 to load the tile with cp.async). One tile a block; an SM's
 # resident tiles are what keeps its loads in flight while blocks look back, so tile size x
 # blocks an SM is the lever (shared memory holds them: 512 x 32 floats take 66 KiB).
-# H200 sweeps (2026-12-03, 256 MiB f32; torch 2.48-2.54 TB/s in the same runs): 512 x 32 at 2
-# an SM moved 2.83-2.85 TB/s, 3.14 with cp.async, and 3.35 at 3 an SM with cp.async (2.42
-# without: 40 registers and the loads spill); 512 x 24 or x 16 at 4 an SM 3.31 / 3.29,
-# 256 x 32 at 3 3.19, 1024 x 16 at 2 2.94. Status words a cache line apart (16) beat packed
-# ones (2.85 against 2.57), the sleep between polls (20 or 200 ns) made no difference; reading
-# 2, 4 or 8 tiles a lane a look-back step was slower each time, and so were persistent blocks
-# loading their next tiles while looking back (0.03-0.10 TB/s: a tile taken early is
-# published late, and the tiles after it wait in a convoy).
-SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 0),
-                (512, 32, 16, 20, 3, 1), (512, 24, 16, 20, 4, 1), (512, 16, 16, 20, 4, 1),
-                (256, 32, 16, 20, 3, 1), (1024, 16, 16, 20, 2, 1), (256, 16, 16, 20, 4, 0),
-                (512, 35, 16, 20, 3, 1), (256, 28, 16, 20, 7, 1), (512, 32, 32, 20, 3, 1))
+# H200 sweeps (2026-12-03, 256 MiB f32; torch 2.48-2.55 TB/s in the same runs): 512 x 32 at 2
+# an SM moved 2.83-2.85 TB/s, 3.14-3.17 with cp.async, and 3.35-3.38 at 3 an SM with cp.async
+# (2.42-2.44 without: 40 registers and the loads spill); at about the same shared memory an SM,
+# 512 x 24 at 4 an SM 3.31-3.34, 256 x 28 at 7 3.36, 512 x 35 at 3 3.34, so the rate levels
+# off there; 256 x 32 at 3 gave 3.19-3.23, 1024 x 16 at 2 2.94-2.97. Status words a cache line
+# apart (16) beat packed ones (2.85 against 2.57); 32 apart, or 200 ns between polls instead
+# of 20, changed nothing. Slower each time, and not kept: reading 2, 4 or 8 tiles a lane a
+# look-back step; persistent blocks taking a ticket a tile (1.48-2.19 TB/s); persistent blocks
+# loading their next tiles while looking back (0.03-0.10 TB/s: a tile taken early is published
+# late, and the tiles after it wait in a convoy).
+SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 1),
+                (512, 24, 16, 20, 4, 1), (256, 28, 16, 20, 7, 1), (256, 16, 16, 20, 4, 0))
 SCAN_CONFIG = (512, 32, 16, 20, 3, 1)
 # Where SCAN_CONFIG's shared memory exceeds the device's, this one (17 KiB) is taken instead.
 SCAN_SMALL = (256, 16, 16, 20, 4, 0)
