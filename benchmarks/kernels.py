@@ -211,11 +211,12 @@ def main() -> int:
                 return nbytes / time_tf(s, f_tf) / 1e9
 
             if ns.sweep == "all":
+                per_sm_default = _build.BLOCKS_PER_SM
                 for per_sm in (4, 8, 32, 1 << 20):  # the last: no cap, one step a thread
                     _build.BLOCKS_PER_SM = per_sm
                     print(f"sweep {per_sm:3d} blocks/SM  {cases[4][0]:<8} {bw(cases[4]):5.2f} "
                           "TB/s", flush=True)
-                _build.BLOCKS_PER_SM = 8
+                _build.BLOCKS_PER_SM = per_sm_default
                 defaults = rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK
                 for kernel, reg, block in (("online", 0, 512), ("cached", 0, 512),
                                            *(("split", r, b) for r in rows.SOFTMAX_REGS

@@ -362,16 +362,14 @@ __device__ __forceinline__ void load_tile(T* buf, const T* x, unsigned long long
         const bool inside = base + e < n;
 #if __CUDA_ARCH__ >= 800
         if (ASYNC) {
-            asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                         :: "r"(smem_addr(&buf[padded(e)])), "l"(x + (inside ? base + e : 0)),
-                            "n"(sizeof(T)), "r"(inside ? (unsigned)sizeof(T) : 0u));
+            cp_async_element(&buf[padded(e)], x + (inside ? base + e : 0), inside);
             continue;
         }
 #endif
         buf[padded(e)] = inside ? x[base + e] : T(0);
     }
 #if __CUDA_ARCH__ >= 800
-    if (ASYNC) asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+    if (ASYNC) asm volatile("cp.async.wait_all;\n");
 #endif
 }
 
