@@ -43,18 +43,28 @@ TRANSPOSE_TILE = 64
 # polls, blocks resident an SM, 1 to load the tile with cp.async). One tile a block; an SM's
 # resident tiles are what keeps its loads in flight while blocks look back, so tile size x
 # blocks an SM is the lever (shared memory holds them: 512 x 32 floats take 66 KiB).
-# H200 sweeps (2026-12-03, 256 MiB f32; torch 2.48-2.55 TB/s in the same runs): 512 x 32 at 2
-# an SM moved 2.83-2.85 TB/s, 3.14-3.17 with cp.async, and 3.35-3.38 at 3 an SM with cp.async
-# (2.42-2.44 without: 40 registers and the loads spill); at about the same shared memory an SM,
-# 512 x 24 at 4 an SM 3.31-3.34, 256 x 28 at 7 3.36, 512 x 35 at 3 3.34, so the rate levels
-# off there; 256 x 32 at 3 gave 3.19-3.23, 1024 x 16 at 2 2.94-2.97. Status words a cache line
-# apart (16) beat packed ones (2.85 against 2.57); 32 apart, or 200 ns between polls instead
-# of 20, changed nothing. Slower each time, and not kept: reading 2, 4 or 8 tiles a lane a
+# H200 sweeps (2026-12-03, 256 MiB f32; torch 2.48-2.56 TB/s in the same runs), tiles taken by
+# an atomic ticket: 512 x 32 at 2 an SM moved 2.83-2.85 TB/s, 3.14-3.17 with cp.async, and
+# 3.35-3.38 at 3 an SM with cp.async (2.42-2.44 without: 40 registers and the loads spill); at
+# about the same shared memory an SM, 512 x 24 at 4 an SM 3.31-3.34, 256 x 28 at 7 3.36, 512 x
+# 35 at 3 3.34, so the rate levels off there; 256 x 32 at 3 gave 3.19-3.23, 1024 x 16 at 2
+# 2.94-2.97. Status words a cache line apart (16) beat packed ones (2.85 against 2.57); 32
+# apart, or 200 ns between polls instead of 20, changed nothing. Tile t by block t instead of
+# the ticket (fourth session): 512 x 32 at 3 an SM 3.47, at 2 an SM 3.31, 256 x 16 at 4 2.80;
+# 512 x 24 at 4 an SM fell to 2.22 and 256 x 28 at 7 to 1.54 (both at 32 registers), so they
+# are no longer compiled. Slower each time, and not kept: reading 2, 4 or 8 tiles a lane a
 # look-back step; persistent blocks taking a ticket a tile (1.48-2.19 TB/s); persistent blocks
 # loading their next tiles while looking back (0.03-0.10 TB/s: a tile taken early is published
-# late, and the tiles after it wait in a convoy).
+# late, and the tiles after it wait in a convoy). Timed on the kernel alone (state zeroed
+# beforehand), where this kernel moved 3.51-3.52 TB/s and the same tiles only copied through
+# shared memory 3.79-3.96: persistent blocks taking tiles b, b + grid, ... with the next one
+# loading (256 x 32 at 3, 512 x 16 at 3: 3.00-3.05); a dedicated look-back warp that looks
+# back while the tile loads (3.36-3.50, no gain); 16-byte cp.async into a swizzled tile
+# (3.27-3.39, slower than 4-byte copies into the padded one); a self-clearing state in place
+# of the memset (the last block clears it: 3.27-3.37; the atomic at each tile's end costs
+# more than the memset's 2 us).
 SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 1),
-                (512, 24, 16, 20, 4, 1), (256, 28, 16, 20, 7, 1), (256, 16, 16, 20, 4, 0))
+                (256, 16, 16, 20, 4, 0))
 SCAN_CONFIG = (512, 32, 16, 20, 3, 1)
 # Where SCAN_CONFIG's shared memory exceeds the device's, this one (17 KiB) is taken instead.
 SCAN_SMALL = (256, 16, 16, 20, 4, 0)
@@ -172,9 +182,8 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if tiles > _MAX_GRID_X:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
                               f"{_MAX_GRID_X * tile}")
-    # The ticket counter, then a status word every `stride` words; 8-byte types keep their
-    # values apart.
-    state = s.alloc_zeros((tiles * stride + 1,), np.uint64)
+    # A status word every `stride` words; 8-byte types keep their values apart.
+    state = s.alloc_zeros((tiles * stride,), np.uint64)
     sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
     fn = function(s, _FILE, _scan_name(t.name, config), _EXPRS)
     s.launch(fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem),
