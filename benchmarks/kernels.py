@@ -43,6 +43,9 @@ SPIN_CYCLES = 10_000_000  # about 5 ms at the H200's clock: longer than any batc
 HOST = {}  # op label -> host microseconds a call, filled by the timers
 
 
+# How a scan configuration loads its tile (the last field of rows.SCAN_CONFIGS).
+_LOADS = ("registers", "cp.async")
+
 def _timed(label, fn, spin, record, elapsed_ms):
     """Median device ms a call over REPS batches, each queued behind a spin kernel.
 
@@ -229,12 +232,19 @@ def main() -> int:
                 for tile in rows.TRANSPOSE_TILES:
                     rows.TRANSPOSE_TILE = tile
                     print(f"sweep transpose tile {tile}  {bw(cases[7]):5.2f} TB/s", flush=True)
+            scan_default, ahead_default = rows.SCAN_CONFIG, rows.SCAN_AHEAD
             for config in rows.SCAN_CONFIGS:
                 rows.SCAN_CONFIG = config
                 print(f"sweep cumsum {config[0]} threads x {config[1]} items a tile, status "
                       f"{config[2]} words apart, {config[3]} ns between polls, "
-                      f"{config[4]} blocks an SM, cp.async {config[5]}  {bw(cases[8]):5.2f} TB/s",
-                      flush=True)
+                      f"{config[4]} blocks an SM, load {_LOADS[config[5]]}  "
+                      f"{bw(cases[8]):5.2f} TB/s", flush=True)
+            rows.SCAN_CONFIG = scan_default
+            for ahead in (0, 32 << 10, 48 << 10, 64 << 10):
+                rows.SCAN_AHEAD = ahead
+                print(f"sweep cumsum default tile, prefetch {ahead >> 10} KiB an SM ahead  "
+                      f"{bw(cases[8]):5.2f} TB/s", flush=True)
+            rows.SCAN_AHEAD = ahead_default
             t_to = time_torch(torch, cases[8][3])
             print(f"sweep cumsum torch {cases[8][1] / t_to / 1e9:5.2f} TB/s", flush=True)
             if ns.sweep == "all":

@@ -287,3 +287,253 @@ scan_persistent(float* __restrict__ y, const float* __restrict__ x, unsigned lon
         cur ^= 1;
     }
 }
+
+// Hopper's bulk copies (sm_90+) and the mbarrier they signal.
+#if __CUDA_ARCH__ >= 900
+// An mbarrier whose phase completes after `count` arrivals and every byte it was told to
+// expect has landed; fenced so that the TMA unit (the async proxy) sees it initialised.
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+                 :: "r"(smem_addr(bar)), "r"(count) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Tells bar to expect `bytes` more and arrives on it.
+__device__ __forceinline__ void mbarrier_arrive_expect(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Waits for bar's phase of the given parity (0 first) to complete.
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    } while (!done);
+}
+// `bytes` (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst by the
+// TMA unit, counted on bar as they land.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes,
+                                          unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// `bytes` from shared src to global dst by the TMA unit; returns once src has been read (the
+// block may then exit or reuse it). The writers of src fence (fence_proxy_async) before the
+// barrier that precedes this.
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Orders this thread's earlier shared-memory writes before later bulk copies that read them.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#endif
+
+// 16 bytes of T: the unit a thread moves to and from shared memory in scan_bulk.
+template <typename T> struct alignas(16) Chunk { T v[16 / sizeof(T)]; };
+
+// a[i] = a[(i + SIGN r) mod 8] for all i at once, by three conditional rotations (selects, so
+// the array stays in registers where an index computed at run time would not).
+template <int SIGN, typename T>
+__device__ __forceinline__ void rotate8(T (&a)[8], unsigned r) {
+#pragma unroll
+    for (int b = 1; b < 8; b <<= 1) {
+        T o[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[i] = a[(i + SIGN * b) & 7];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] = (r & b) ? o[i] : a[i];
+    }
+}
+
+// The scan on Hopper (sm_90+) with x and y 16-byte aligned, not kept (slower: see RESULTS.md):
+// a whole tile comes in by bulk copies (the TMA unit moves it while the block's threads issue nothing, and signals an
+// mbarrier as the bytes land) into a plain, unpadded tile, and leaves in 16-byte stores. A
+// thread's run of ITEMS elements is 8 chunks of 16 bytes, 128 bytes apart from the next
+// thread's; lane l reads its chunks from (k + l) mod 8 on, so that the 8 lanes that share a
+// shared-memory wavefront hit 8 different bank groups, and rotate8 turns the chunks' sums into
+// their order in the run and the prefixes back. The tile past n (the last one) is read and
+// written element by element.
+// COPIES bulk copies bring the tile in (lane c of warp 0 issues copy c); BULK_STORE sends a
+// whole tile out by one bulk copy too, after the prefix is added in shared memory.
+template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, int BLOCKS, int COPIES,
+          bool BULK_STORE>
+__device__ __forceinline__ void scan_bulk_tile(T* __restrict__ y, const T* __restrict__ x,
+                                               unsigned long long* state, T* sums,
+                                               unsigned long long n) {
+#if __CUDA_ARCH__ >= 900
+    using C = Chunk<T>;
+    constexpr unsigned PER = 16 / sizeof(T), CHUNKS = ITEMS / PER, TILE = THREADS * ITEMS;
+    static_assert(CHUNKS == 8, "a thread's run is 8 chunks of 16 bytes");
+    constexpr bool HOLD = BLOCKS * THREADS <= 1024;
+    extern __shared__ __align__(16) unsigned char scan_bytes[];  // TILE of T
+    T* buf = reinterpret_cast<T*>(scan_bytes);
+    C* chunks = reinterpret_cast<C*>(scan_bytes);
+    __shared__ __align__(8) unsigned long long landed;
+    __shared__ T warp_totals[THREADS / 32];
+    __shared__ T tile_prefix;
+    const unsigned t = blockIdx.x, lane = threadIdx.x & 31;
+    const unsigned long long base = (unsigned long long)t * TILE;
+    const bool whole = base + TILE <= n;
+    if (!whole) {
+#pragma unroll
+        for (unsigned j = 0; j < ITEMS; ++j) {
+            const unsigned e = j * THREADS + threadIdx.x;
+            buf[e] = base + e < n ? x[base + e] : T(0);
+        }
+    } else if (threadIdx.x < COPIES) {
+        constexpr unsigned PIECE = TILE / COPIES;
+        if (threadIdx.x == 0) {
+            mbarrier_init(&landed, 1);
+            mbarrier_arrive_expect(&landed, TILE * sizeof(T));
+        }
+        if (COPIES > 1) __syncwarp((1u << COPIES) - 1);
+        bulk_load(buf + threadIdx.x * PIECE, x + base + threadIdx.x * PIECE,
+                  PIECE * sizeof(T), &landed);
+    }
+    __syncthreads();
+    if (whole) mbarrier_wait(&landed, 0);
+    TileStatus<T, STRIDE> status(state, sums);
+    const unsigned own = threadIdx.x * CHUNKS;  // the thread's first chunk
+    C v[HOLD ? CHUNKS : 1];
+    T part[CHUNKS];  // slot k: chunk (k + lane) mod 8's sum, then the run's sum before it
+#pragma unroll
+    for (unsigned k = 0; k < CHUNKS; ++k) {
+        const C w = chunks[own + ((k + lane) & 7)];
+        if (HOLD) v[k] = w;
+        T sum = w.v[0];
+#pragma unroll
+        for (unsigned p = 1; p < PER; ++p) sum += w.v[p];
+        part[k] = sum;
+    }
+    rotate8<-1>(part, lane);  // part[c]: chunk c's sum
+    T run = T(0);
+#pragma unroll
+    for (unsigned c = 0; c < CHUNKS; ++c) {
+        const T sum = part[c];
+        part[c] = run;
+        run += sum;
+    }
+    rotate8<1>(part, lane);  // part[k]: the sum before slot k's chunk
+    T total;
+    const T add = offset_in_tile<T, THREADS>(run, warp_totals, total);
+    if (threadIdx.x == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
+#pragma unroll
+    for (unsigned k = 0; k < CHUNKS; ++k) {
+        C& slot = chunks[own + ((k + lane) & 7)];
+        C w = HOLD ? v[HOLD ? k : 0] : slot;
+        T acc = add + part[k];
+#pragma unroll
+        for (unsigned p = 0; p < PER; ++p) {
+            acc += w.v[p];
+            w.v[p] = acc;
+        }
+        slot = w;
+    }
+    finish_tile<T, STRIDE, SLEEP>(status, t, total, &tile_prefix);
+    __syncthreads();
+    const T prefix = tile_prefix;
+#pragma unroll
+    for (unsigned j = 0; j < CHUNKS; ++j) {  // coalesced, striped over the block
+        const unsigned q = j * THREADS + threadIdx.x;
+        C w = chunks[q];
+#pragma unroll
+        for (unsigned p = 0; p < PER; ++p) w.v[p] += prefix;
+        if (BULK_STORE && whole) {
+            chunks[q] = w;
+        } else if (whole) {
+            reinterpret_cast<C*>(y + base)[q] = w;
+        } else {
+#pragma unroll
+            for (unsigned p = 0; p < PER; ++p)
+                if (base + q * PER + p < n) y[base + q * PER + p] = w.v[p];
+        }
+    }
+    if (BULK_STORE && whole) {
+        fence_proxy_async();  // this thread's writes to the tile, seen by the TMA unit
+        __syncthreads();
+        if (threadIdx.x == 0) bulk_store(y + base, buf, TILE * sizeof(T));
+    }
+#endif
+}
+
+// The tile of scan_bulk only copied: COPIES bulk copies in, 16-byte stores or one bulk copy
+// out (whole tiles only: n a multiple of THREADS x 32).
+template <int THREADS, int BLOCKS, int COPIES, bool BULK_STORE>
+__global__ void __launch_bounds__(THREADS, BLOCKS)
+copy_bulk(float* __restrict__ y, const float* __restrict__ x, unsigned long long*,
+          unsigned long long) {
+    constexpr unsigned TILE = THREADS * 32, PIECE = TILE / COPIES;
+    extern __shared__ __align__(16) unsigned char scan_bytes[];
+    float* buf = reinterpret_cast<float*>(scan_bytes);
+    __shared__ __align__(8) unsigned long long landed;
+    const unsigned long long base = (unsigned long long)blockIdx.x * TILE;
+    if (threadIdx.x < COPIES) {
+        if (threadIdx.x == 0) {
+            mbarrier_init(&landed, 1);
+            mbarrier_arrive_expect(&landed, TILE * 4);
+        }
+        if (COPIES > 1) __syncwarp((1u << COPIES) - 1);
+        bulk_load(buf + threadIdx.x * PIECE, x + base + threadIdx.x * PIECE, PIECE * 4, &landed);
+    }
+    __syncthreads();
+    mbarrier_wait(&landed, 0);
+    if (BULK_STORE) {
+        if (threadIdx.x == 0) bulk_store(y + base, buf, TILE * 4);
+        return;
+    }
+    for (unsigned j = 0; j < 8; ++j) {
+        const unsigned q = j * THREADS + threadIdx.x;
+        reinterpret_cast<float4*>(y + base)[q] = reinterpret_cast<const float4*>(buf)[q];
+    }
+}
+
+// scan_bulk with the study's arguments (no sums: float only).
+template <int THREADS, int BLOCKS, int COPIES, bool BULK_STORE>
+__global__ void __launch_bounds__(THREADS, BLOCKS)
+scan_bulk_study(float* __restrict__ y, const float* __restrict__ x, unsigned long long* state,
+                unsigned long long n) {
+    scan_bulk_tile<float, THREADS, 32, 16, 20, BLOCKS, COPIES, BULK_STORE>(y, x, state, nullptr,
+                                                                          n);
+}
+
+// rows.cu's kernel (THREADS x 32 at BLOCKS an SM, tile t by block t), which first asks L2 to
+// prefetch tile t + AHEAD (the tile of a block that starts about AHEAD / (SMs x BLOCKS) of a
+// resident grid later), so that DRAM keeps reading while blocks wait on their look-back: by one
+// bulk prefetch from thread 0 (LINES false) or a 128-byte line a thread (prefetch.global.L2).
+template <int THREADS, int BLOCKS, int AHEAD, bool LINES>
+__global__ void __launch_bounds__(THREADS, BLOCKS)
+scan_prefetch(float* __restrict__ y, const float* __restrict__ x, unsigned long long* state,
+              unsigned long long n) {
+    constexpr unsigned ITEMS = 32, TILE = THREADS * ITEMS;
+    extern __shared__ __align__(16) unsigned char scan_bytes[];
+    float* buf = reinterpret_cast<float*>(scan_bytes);
+    __shared__ float warp_totals[THREADS / 32];
+    __shared__ float tile_prefix;
+    const unsigned t = blockIdx.x;
+    const unsigned long long base = (unsigned long long)t * TILE;
+    const unsigned long long ahead = base + (unsigned long long)AHEAD * TILE;
+    if (ahead + TILE <= n) {
+        if (LINES)
+            asm volatile("prefetch.global.L2 [%0];\n" :: "l"(x + ahead + threadIdx.x * 32));
+        else if (threadIdx.x == 0)
+            prefetch_l2(x + ahead, TILE * 4);
+    }
+    load_tile<float, THREADS, ITEMS, true>(buf, x, base, n);
+    __syncthreads();
+    TileStatus<float, 16> status(state + 16, nullptr);
+    scan_tile<float, THREADS, ITEMS, 16, 20, false>(buf, t, status, warp_totals, &tile_prefix);
+    __syncthreads();
+    const float prefix = tile_prefix;
+#pragma unroll
+    for (unsigned j = 0; j < ITEMS; ++j) {
+        const unsigned e = j * THREADS + threadIdx.x;
+        if (base + e < n) y[base + e] = buf[padded(e)] + prefix;
+    }
+}

@@ -1,6 +1,6 @@
 """Where the inclusive scan's time goes: variants of it timed alone, on the GPU machine.
 
-    source .whl/prelude.sh && python3 benchmarks/scan_study.py
+    source .whl/prelude.sh && python3 benchmarks/scan_study.py [parts of variants' names]
 
 Each variant (scan_study.cu, compiled after rows.cu's source, float32) is first checked against
 numpy's float64 cumsum on odd sizes, then timed on 256 MiB: the mean of 20 back-to-back
@@ -49,13 +49,26 @@ VARIANTS = {
     **{f"scan_lookahead<{t}, 32, {b}, {c}>": (t * 32, _padded(t, 32), t + 32, c == "true", 0,
                                                True)
        for t, b in ((480, 3), (352, 4), (224, 6)) for c in ("true", "false")},
+    **{f"copy_bulk<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, False)
+       for t, b in ((512, 3), (256, 6)) for c in (1, 8) for w in ("false", "true")},
+    **{f"scan_bulk_study<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, True)
+       for t, b in ((512, 3), (256, 6), (512, 2)) for c in (1, 8) for w in ("false", "true")},
+    **{f"scan_prefetch<{t}, {b}, {a}, {w}>": (t * 32, _padded(t, 32), t, False, 0, True)
+       for t, b, a, w in ((512, 3, 66, "false"), (512, 3, 99, "false"), (512, 3, 132, "false"),
+                          (512, 3, 165, "false"), (512, 3, 198, "false"),
+                          (512, 3, 99, "true"), (512, 3, 132, "true"), (512, 3, 165, "true"),
+                          (256, 6, 198, "false"), (256, 6, 264, "false"),
+                          (256, 6, 330, "false"), (512, 2, 132, "false"))},
     **{f"scan_persistent<{t}, {i}, {b}, {h}>": (t * i, 2 * _padded(t, i), t, False, b, True)
        for t, i, b, h in ((256, 32, 3, "false"), (256, 32, 3, "true"), (512, 16, 3, "false"))},
 }
 
 
 def main() -> int:
-    """Check every variant, then time them all, twice."""
+    """Check every variant (or those whose names hold an argument), then time them, twice."""
+    if len(sys.argv) > 1:
+        for name in [v for v in VARIANTS if not any(a in v for a in sys.argv[1:])]:
+            del VARIANTS[name]
     with tf.Session(device=0) as s:
         src = _source("rows.cu") + open(os.path.join(os.path.dirname(__file__),
                                                       "scan_study.cu")).read()

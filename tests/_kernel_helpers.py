@@ -1,4 +1,4 @@
-"""What the kernels' tests share: the edge sizes and poisoned outputs."""
+"""What the kernels' tests share: the edge sizes, poisoned outputs and shifted views."""
 
 import numpy as np
 
@@ -10,3 +10,11 @@ def poisoned(s, shape, dtype):
     dt = np.dtype(dtype)
     fill = np.nan if dt.kind == "f" else np.iinfo(dt).max
     return s.upload(np.full(shape, fill, dtype=dt))
+
+
+def shifted(tensor, n, typestr, itemsize, by=1):
+    """A view of elements by..by+n-1 of ``tensor``; by=1 puts its pointer off the vector grid."""
+    from conftest import CAI
+
+    ptr = tensor.__cuda_array_interface__["data"][0] + by * itemsize
+    return CAI(ptr, (n,), typestr, keep=tensor)

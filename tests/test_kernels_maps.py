@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from _kernel_helpers import SIZES, poisoned
+from _kernel_helpers import SIZES, poisoned, shifted
 
 import tenferro as tf
 from tenferro import kernels as k
@@ -39,37 +39,29 @@ def test_fill_axpy_cast(session, rng, n):
     np.testing.assert_array_equal(session.download(back), x32.astype(np.float64))
 
 
-def _shifted(tensor, n, typestr, itemsize):
-    """A view of elements 1..n of ``tensor``: its pointer is off the 4-element vector grid."""
-    from conftest import CAI
-
-    ptr = tensor.__cuda_array_interface__["data"][0] + itemsize
-    return CAI(ptr, (n,), typestr, keep=tensor)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [1, 33, (1 << 16) + 5])
 def test_views_off_the_vector_grid_take_the_scalar_path(session, rng, n):
     x64, y64 = rng.standard_normal(n + 1), rng.standard_normal(n + 1)
     xd, yd = session.upload(x64), session.upload(y64)
-    k.axpy(session, _shifted(yd, n, "<f8", 8), _shifted(xd, n, "<f8", 8), 2.5)
+    k.axpy(session, shifted(yd, n, "<f8", 8), shifted(xd, n, "<f8", 8), 2.5)
     want = y64.copy()
     want[1:] = 2.5 * x64[1:] + y64[1:]
     np.testing.assert_allclose(session.download(yd), want, rtol=1e-15, atol=1e-15)
     out = poisoned(session, (n + 1,), np.float64)
-    k.elementwise(session, "x * y", _shifted(out, n, "<f8", 8), x=_shifted(xd, n, "<f8", 8),
+    k.elementwise(session, "x * y", shifted(out, n, "<f8", 8), x=shifted(xd, n, "<f8", 8),
                   y=session.upload(y64[:n]))
     got = session.download(out)
     assert np.isnan(got[0])
     np.testing.assert_allclose(got[1:], session.download(xd)[1:] * y64[:n], rtol=1e-15)
     x32 = session.upload(x64.astype(np.float32))
     h = poisoned(session, (n + 1,), np.float16)
-    k.cast(session, _shifted(h, n, "<f2", 2), _shifted(x32, n, "<f4", 4))
+    k.cast(session, shifted(h, n, "<f2", 2), shifted(x32, n, "<f4", 4))
     np.testing.assert_array_equal(session.download(h)[1:], x64[1:].astype(np.float32)
                                   .astype(np.float16))
-    k.fill(session, _shifted(x32, n, "<f4", 4), 0.75)
+    k.fill(session, shifted(x32, n, "<f4", 4), 0.75)
     np.testing.assert_array_equal(session.download(x32)[1:], np.full(n, 0.75, np.float32))
-    got = float(session.download(k.sum(session, _shifted(xd, n, "<f8", 8))))
+    got = float(session.download(k.sum(session, shifted(xd, n, "<f8", 8))))
     np.testing.assert_allclose(got, session.download(xd)[1:].sum(), rtol=1e-12)
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from _kernel_helpers import SIZES, poisoned
+from _kernel_helpers import SIZES, poisoned, shifted
 
 import tenferro as tf
 from tenferro import kernels as k
@@ -104,18 +104,39 @@ def test_inclusive_scan(session, rng, n):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", rows.SCAN_CONFIGS)
-@pytest.mark.parametrize("n", [1, 4097, 8193, 16383, 16385, 300 * 4096 + 5])  # tile edges
+@pytest.mark.parametrize("n", [1, 4097, 8193, 16383, 16385, 2 * 16384,  # tile edges
+                               300 * 4096 + 5])
 def test_inclusive_scan_at_each_tile_and_polling_config(session, rng, monkeypatch, config, n):
     monkeypatch.setattr(rows, "SCAN_CONFIG", config)
     _check_scans(session, rng, n)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ahead_tiles", [1, 5])
+@pytest.mark.parametrize("extra", [0, -1])  # the last tile prefetched whole, or not at all
+@pytest.mark.parametrize("x_off", [0, 1])  # 1: x off the 16-byte grid the prefetch rounds to
+def test_scan_prefetches_up_to_the_last_tile(session, rng, monkeypatch, ahead_tiles, extra,
+                                             x_off):
+    threads, items = rows.SCAN_CONFIG[:2]
+    tile = threads * items
+    sms = session.context.attribute("MULTIPROCESSOR_COUNT")
+    # the fewest bytes an SM that make ahead_tiles tiles for block 0 to prefetch
+    monkeypatch.setattr(rows, "SCAN_AHEAD", -(-ahead_tiles * tile * 4 // sms))
+    n = (ahead_tiles + 1) * tile + extra
+    x = rng.standard_normal(n + 1).astype(np.float32)
+    out = poisoned(session, (n,), np.float32)
+    k.cumsum(session, out, shifted(session.upload(x), n, "<f4", 4, x_off))
+    err = np.abs(session.download(out) - np.cumsum(x[x_off:x_off + n].astype(np.float64)))
+    assert not (err > 4e-5 * np.sqrt(np.arange(1, n + 1)) + 1e-5).any()
+    assert not np.isnan(err).any()
+
+
+@pytest.mark.gpu
 def test_scan_takes_the_small_tile_where_shared_memory_is_short(session, rng, monkeypatch):
-    # A device with 48 KiB a block (sm_75 has 64): the default tile's 66 KiB would not launch.
+    # A device with 32 KiB a block: the default tile's 33 KiB would not launch.
     ctx_type = type(session.context)
     attribute = ctx_type.attribute
-    monkeypatch.setattr(ctx_type, "attribute", lambda self, name: 48 << 10 if
+    monkeypatch.setattr(ctx_type, "attribute", lambda self, name: 32 << 10 if
                         name == "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN" else attribute(self, name))
     names = []
     function = rows.function

@@ -1,4 +1,5 @@
-// Asynchronous global-to-shared copies (sm_80+), shared by the matrix multiplies and the scan.
+// Asynchronous global-to-shared copies (sm_80+), shared by the matrix multiplies and the scan,
+// and the scan's L2 prefetch (sm_90+).
 #pragma once
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -18,3 +19,12 @@ __device__ __forceinline__ void cp_async_element(T* dst, const T* src, bool insi
                  :: "r"(smem_addr(dst)), "l"(src), "n"(sizeof(T)),
                     "r"(inside ? (unsigned)sizeof(T) : 0u));
 }
+#if __CUDA_ARCH__ >= 900
+// Asks L2 to fetch `bytes` (a multiple of 16) from src on, in one bulk prefetch (a hint: nothing
+// waits on it). src is rounded down to 16 bytes, so [src - 15, src + bytes) must be readable.
+__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
+                 :: "l"(reinterpret_cast<unsigned long long>(src) & ~15ull), "r"(bytes)
+                 : "memory");
+}
+#endif

@@ -290,30 +290,13 @@ __device__ T look_back(TileStatus<T, STRIDE>& status, unsigned t, unsigned lane)
     }
 }
 
-// Scans the tile in buf (the padded layout) in place, each element plus the ones before it in
-// the tile; publishes the tile's total; warp 0 looks back and lane 0 writes the sum of the
-// tiles before it to *tile_prefix and publishes the tile's inclusive prefix. Each thread scans
-// ITEMS consecutive elements read from shared memory, so nothing is held while warp 0 looks
-// back and the other warps go on. HOLD keeps a thread's ITEMS in registers between its two
-// passes over them (sum, then running sums); without it, they are read twice from shared
-// memory, for blocks that must fit in few registers. The caller syncs before reading buf or
-// *tile_prefix. One barrier inside.
-template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, bool HOLD>
-__device__ __forceinline__ void scan_tile(T* buf, unsigned t, TileStatus<T, STRIDE>& status,
-                                          T* warp_totals, T* tile_prefix) {
+// The sum of the tile's elements before this thread's, given `run`, the sum of the thread's own
+// (threads hold consecutive runs of the tile, in thread order); the tile's sum goes to total.
+// One barrier inside.
+template <typename T, int THREADS>
+__device__ __forceinline__ T offset_in_tile(T run, T* warp_totals, T& total) {
     constexpr unsigned WARPS = THREADS / 32;
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    T v[HOLD ? ITEMS : 1];
-    T run = T(0);
-#pragma unroll
-    for (unsigned j = 0; j < ITEMS; ++j) {
-        if (HOLD) {
-            v[j] = buf[padded(threadIdx.x * ITEMS + j)] + (j > 0 ? v[j - 1] : T(0));
-            run = v[j];
-        } else {
-            run += buf[padded(threadIdx.x * ITEMS + j)];
-        }
-    }
     for (int o = 1; o < 32; o <<= 1) {
         const T u = __shfl_up_sync(0xffffffffu, run, o);
         if (lane >= o) run += u;
@@ -329,10 +312,50 @@ __device__ __forceinline__ void scan_tile(T* buf, unsigned t, TileStatus<T, STRI
         const T u = __shfl_up_sync(0xffffffffu, wincl, o);
         if (lane >= o) wincl += u;
     }
-    const T total = __shfl_sync(0xffffffffu, wincl, WARPS - 1);
+    total = __shfl_sync(0xffffffffu, wincl, WARPS - 1);
     const T wexcl = warp == 0 ? T(0) : __shfl_sync(0xffffffffu, wincl, (warp + 31) & 31);
-    if (warp == 0 && lane == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
-    T add = wexcl + before;
+    return wexcl + before;
+}
+
+// Warp 0 looks back from tile t (whose total is `total`), publishes the tile's inclusive
+// prefix, and lane 0 writes the sum of the tiles before t to *tile_prefix.
+template <typename T, int STRIDE, int SLEEP>
+__device__ __forceinline__ void finish_tile(TileStatus<T, STRIDE>& status, unsigned t, T total,
+                                            T* tile_prefix) {
+    if (threadIdx.x >= 32) return;
+    const unsigned lane = threadIdx.x;
+    const T prefix = t > 0 ? look_back<T, STRIDE, SLEEP>(status, t, lane) : T(0);
+    if (lane == 0) {
+        status.publish(t, 2u, prefix + total);
+        *tile_prefix = prefix;
+    }
+}
+
+// Scans the tile in buf (the padded layout) in place, each element plus the ones before it in
+// the tile; publishes the tile's total; warp 0 looks back and lane 0 writes the sum of the
+// tiles before it to *tile_prefix and publishes the tile's inclusive prefix. Each thread scans
+// ITEMS consecutive elements read from shared memory, so nothing is held while warp 0 looks
+// back and the other warps go on. HOLD keeps a thread's ITEMS in registers between its two
+// passes over them (sum, then running sums); without it, they are read twice from shared
+// memory, for blocks that must fit in few registers. The caller syncs before reading buf or
+// *tile_prefix. One barrier inside.
+template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, bool HOLD>
+__device__ __forceinline__ void scan_tile(T* buf, unsigned t, TileStatus<T, STRIDE>& status,
+                                          T* warp_totals, T* tile_prefix) {
+    T v[HOLD ? ITEMS : 1];
+    T run = T(0);
+#pragma unroll
+    for (unsigned j = 0; j < ITEMS; ++j) {
+        if (HOLD) {
+            v[j] = buf[padded(threadIdx.x * ITEMS + j)] + (j > 0 ? v[j - 1] : T(0));
+            run = v[j];
+        } else {
+            run += buf[padded(threadIdx.x * ITEMS + j)];
+        }
+    }
+    T total;
+    T add = offset_in_tile<T, THREADS>(run, warp_totals, total);
+    if (threadIdx.x == 0 && t > 0) status.publish(t, 1u, total);  // as early as can be
 #pragma unroll
     for (unsigned j = 0; j < ITEMS; ++j) {
         T& e = buf[padded(threadIdx.x * ITEMS + j)];
@@ -343,13 +366,7 @@ __device__ __forceinline__ void scan_tile(T* buf, unsigned t, TileStatus<T, STRI
             e = add;
         }
     }
-    if (warp == 0) {
-        const T prefix = t > 0 ? look_back<T, STRIDE, SLEEP>(status, t, lane) : T(0);
-        if (lane == 0) {
-            status.publish(t, 2u, prefix + total);
-            *tile_prefix = prefix;
-        }
-    }
+    finish_tile<T, STRIDE, SLEEP>(status, t, total, tile_prefix);
 }
 
 // Tile t's elements from x into buf (zeros past n). ASYNC (on sm_80 and later): cp.async
@@ -377,11 +394,16 @@ __device__ __forceinline__ void load_tile(T* buf, const T* x, unsigned long long
 
 // One tile a block: load, scan, store; BLOCKS resident an SM (their tiles are what keeps the
 // SM's loads in flight while a block looks back), so a thread gets 65536 / (BLOCKS x THREADS)
-// registers, and holds its ITEMS in them where that is 64 or more (HOLD).
+// registers, and holds its ITEMS in them where that is 64 or more (HOLD). On sm_90 and later,
+// where `ahead` > 0, thread 0 first asks L2 for tile t + ahead (a tile that a block started
+// later will load), so DRAM keeps reading while the SM's blocks wait on their look-backs and
+// that block's loads find L2: 146-147 against 154 us on the H200 (256 MiB f32, 512 x 32 at 3
+// an SM, about 6 MiB ahead; benchmarks/scan_study.py). Farther ahead, the prefetched tiles
+// leave L2 before they are read (12 MiB: 153 us, 25 MiB: 187 us).
 template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, int BLOCKS, bool ASYNC>
 __global__ void __launch_bounds__(THREADS, BLOCKS)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
-                 T* sums, unsigned long long n) {
+                 T* sums, unsigned long long n, unsigned ahead) {
     constexpr unsigned TILE = THREADS * ITEMS;
     extern __shared__ __align__(16) unsigned char scan_bytes[];  // TILE + TILE / 32 of T
     T* buf = reinterpret_cast<T*>(scan_bytes);
@@ -389,6 +411,11 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
     __shared__ T tile_prefix;
     const unsigned t = blockIdx.x;
     const unsigned long long base = (unsigned long long)t * TILE;
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long later = base + (unsigned long long)ahead * TILE;
+    if (threadIdx.x == 0 && ahead > 0 && later + TILE <= n)
+        prefetch_l2(x + later, TILE * sizeof(T));
+#endif
     load_tile<T, THREADS, ITEMS, ASYNC>(buf, x, base, n);
     __syncthreads();
     TileStatus<T, STRIDE> status(state, sums);

@@ -64,8 +64,14 @@ TRANSPOSE_TILE = 64
 # of the memset (the last block clears it: 3.27-3.37; the atomic at each tile's end costs
 # more than the memset's 2 us).
 SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 1),
-                (256, 16, 16, 20, 4, 0))
-SCAN_CONFIG = (512, 32, 16, 20, 3, 1)
+                (256, 16, 16, 20, 4, 0), (256, 32, 16, 20, 6, 1))
+SCAN_CONFIG = (256, 32, 16, 20, 6, 1)
+# On sm_90 and later a block first asks L2 for the tile this many bytes a multiprocessor ahead
+# of its own (0: none; rows.cu's scan_single_pass). Fifth session, kernel alone on the H200
+# (benchmarks/scan_study.py, 256 MiB f32): 512 x 32 at 3 an SM went from 154 to 146-147 us
+# with 48 KiB an SM ahead (99 tiles), 148 us at 32 or 64 KiB, 153 at 96 KiB; 256 x 32 at 6
+# an SM to 142.8 us at 48 KiB (198 tiles), 143 at 64, 145.5 at 80.
+SCAN_AHEAD = 48 << 10
 # Where SCAN_CONFIG's shared memory exceeds the device's, this one (17 KiB) is taken instead.
 SCAN_SMALL = (256, 16, 16, 20, 4, 0)
 
@@ -152,7 +158,7 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
     """Inclusive prefix sum of a 1-D ``x`` (f32, f64 or i32) into ``out``, any length.
 
     One pass over x and y (decoupled look-back over tiles of SCAN_CONFIG's threads x items
-    elements: 16384, 8192 for f64);
+    elements: 8192, 4096 for f64);
     float sums are added in tile order but not left to right, so they can differ from
     numpy's in the last bits.
     i32 wraps on overflow, as in C.
@@ -186,5 +192,8 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     state = s.alloc_zeros((tiles * stride,), np.uint64)
     sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
     fn = function(s, _FILE, _scan_name(t.name, config), _EXPRS)
+    ahead = 0
+    if s.context.compute_capability >= (9, 0):
+        ahead = s.context.attribute("MULTIPROCESSOR_COUNT") * SCAN_AHEAD // (tile * t.itemsize)
     s.launch(fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem),
-             [om, xr, s.tensor_mut(state), s.tensor_mut(sums), u64(n)])
+             [om, xr, s.tensor_mut(state), s.tensor_mut(sums), u64(n), u32(min(ahead, tiles))])
