@@ -62,7 +62,9 @@ TRANSPOSE_TILE = 64
 # back while the tile loads (3.36-3.50, no gain); 16-byte cp.async into a swizzled tile
 # (3.27-3.39, slower than 4-byte copies into the padded one); a self-clearing state in place
 # of the memset (the last block clears it: 3.27-3.37; the atomic at each tile's end costs
-# more than the memset's 2 us).
+# more than the memset's 2 us). Fifth session, with the L2 prefetch (SCAN_AHEAD): 256 x 32 at
+# 6 an SM 3.73 TB/s, 512 x 32 at 3 3.63 (benchmarks/RESULTS.md); bulk (TMA) copies of the tile
+# were slower (benchmarks/scan_study.py) and are not kept.
 SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 1),
                 (256, 16, 16, 20, 4, 0), (256, 32, 16, 20, 6, 1))
 SCAN_CONFIG = (256, 32, 16, 20, 6, 1)
