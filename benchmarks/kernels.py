@@ -46,6 +46,7 @@ HOST = {}  # op label -> host microseconds a call, filled by the timers
 # How a scan configuration loads its tile (the last field of rows.SCAN_CONFIGS).
 _LOADS = ("registers", "cp.async")
 
+
 def _timed(label, fn, spin, record, elapsed_ms):
     """Median device ms a call over REPS batches, each queued behind a spin kernel.
 

@@ -41,8 +41,10 @@ __device__ __forceinline__ void store_tile(float* y, const float* buf, unsigned 
         if (rem == TILE || j * THREADS + threadIdx.x < rem) ys[j * THREADS] = ss[j * ROW] + prefix;
 }
 
-// rows.cu's kernel, with the tile by an atomic ticket (TICKET) or by blockIdx.x.
-template <int THREADS, int ITEMS, int BLOCKS, bool TICKET>
+// rows.cu's kernel, with the tile by an atomic ticket (TICKET) or by blockIdx.x. Where AHEAD
+// > 0, it first asks L2 for tile t + AHEAD (as rows.cu's `ahead` does): by one bulk prefetch
+// from thread 0, or with LINES a 128-byte line a thread (prefetch.global.L2).
+template <int THREADS, int ITEMS, int BLOCKS, bool TICKET, int AHEAD = 0, bool LINES = false>
 __global__ void __launch_bounds__(THREADS, BLOCKS)
 scan_order(float* __restrict__ y, const float* __restrict__ x, unsigned long long* state,
            unsigned long long n) {
@@ -58,6 +60,13 @@ scan_order(float* __restrict__ y, const float* __restrict__ x, unsigned long lon
     }
     const unsigned t = TICKET ? ticket : blockIdx.x;
     const unsigned long long base = (unsigned long long)t * TILE;
+    const unsigned long long later = base + (unsigned long long)AHEAD * TILE;
+    if (AHEAD > 0 && later + TILE <= n) {
+        if (LINES)
+            asm volatile("prefetch.global.L2 [%0];\n" :: "l"(x + later + threadIdx.x * ITEMS));
+        else if (threadIdx.x == 0)
+            prefetch_l2(x + later, TILE * 4);
+    }
     load_tile<float, THREADS, ITEMS, true>(buf, x, base, n);
     __syncthreads();
     TileStatus<float, 16> status(state + 16, nullptr);
@@ -501,39 +510,4 @@ scan_bulk_study(float* __restrict__ y, const float* __restrict__ x, unsigned lon
                 unsigned long long n) {
     scan_bulk_tile<float, THREADS, 32, 16, 20, BLOCKS, COPIES, BULK_STORE>(y, x, state, nullptr,
                                                                           n);
-}
-
-// rows.cu's kernel (THREADS x 32 at BLOCKS an SM, tile t by block t), which first asks L2 to
-// prefetch tile t + AHEAD (the tile of a block that starts about AHEAD / (SMs x BLOCKS) of a
-// resident grid later), so that DRAM keeps reading while blocks wait on their look-back: by one
-// bulk prefetch from thread 0 (LINES false) or a 128-byte line a thread (prefetch.global.L2).
-template <int THREADS, int BLOCKS, int AHEAD, bool LINES>
-__global__ void __launch_bounds__(THREADS, BLOCKS)
-scan_prefetch(float* __restrict__ y, const float* __restrict__ x, unsigned long long* state,
-              unsigned long long n) {
-    constexpr unsigned ITEMS = 32, TILE = THREADS * ITEMS;
-    extern __shared__ __align__(16) unsigned char scan_bytes[];
-    float* buf = reinterpret_cast<float*>(scan_bytes);
-    __shared__ float warp_totals[THREADS / 32];
-    __shared__ float tile_prefix;
-    const unsigned t = blockIdx.x;
-    const unsigned long long base = (unsigned long long)t * TILE;
-    const unsigned long long ahead = base + (unsigned long long)AHEAD * TILE;
-    if (ahead + TILE <= n) {
-        if (LINES)
-            asm volatile("prefetch.global.L2 [%0];\n" :: "l"(x + ahead + threadIdx.x * 32));
-        else if (threadIdx.x == 0)
-            prefetch_l2(x + ahead, TILE * 4);
-    }
-    load_tile<float, THREADS, ITEMS, true>(buf, x, base, n);
-    __syncthreads();
-    TileStatus<float, 16> status(state + 16, nullptr);
-    scan_tile<float, THREADS, ITEMS, 16, 20, false>(buf, t, status, warp_totals, &tile_prefix);
-    __syncthreads();
-    const float prefix = tile_prefix;
-#pragma unroll
-    for (unsigned j = 0; j < ITEMS; ++j) {
-        const unsigned e = j * THREADS + threadIdx.x;
-        if (base + e < n) y[base + e] = buf[padded(e)] + prefix;
-    }
 }

@@ -53,7 +53,7 @@ VARIANTS = {
        for t, b in ((512, 3), (256, 6)) for c in (1, 8) for w in ("false", "true")},
     **{f"scan_bulk_study<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, True)
        for t, b in ((512, 3), (256, 6), (512, 2)) for c in (1, 8) for w in ("false", "true")},
-    **{f"scan_prefetch<{t}, {b}, {a}, {w}>": (t * 32, _padded(t, 32), t, False, 0, True)
+    **{f"scan_order<{t}, 32, {b}, false, {a}, {w}>": (t * 32, _padded(t, 32), t, False, 0, True)
        for t, b, a, w in ((512, 3, 66, "false"), (512, 3, 99, "false"), (512, 3, 132, "false"),
                           (512, 3, 165, "false"), (512, 3, 198, "false"),
                           (512, 3, 99, "true"), (512, 3, 132, "true"), (512, 3, 165, "true"),
