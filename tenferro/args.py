@@ -21,7 +21,7 @@ from .signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signat
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 
 __all__ = [
-    "KernelArg", "ParamBlock",
+    "KernelArg", "PackedParams", "ParamBlock",
     "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
 ]
 
@@ -144,24 +144,22 @@ def _pack_python(p: Param, a: Any, op: str, i: int) -> bytes:
         f"pass a typed scalar (tf.u64(...), tf.f32(...)) or a span")
 
 
-class ParamBlock:
-    """One buffer holding a kernel's packed arguments, and the pointer array into it.
+class PackedParams:
+    """One kernel's arguments packed in one buffer, and the pointer array cuLaunchKernel takes.
 
-    Made once per kernel (or per bound launch); `pack` overwrites the values in place, so a
-    launch allocates nothing for its parameters. It remembers the argument objects it packed
-    last: a launch with the very same objects (by identity) skips the checks it already made.
-    Those objects stay referenced until the next launch with others or the session's end.
-    The driver copies the block at enqueue time, so it can be repacked for the next launch
-    at once.
+    The part `ParamBlock` (CUDA C, PTX, CUBIN) and the numba block share: the buffer laid out
+    from the signature, `pack` over the subclass's `pack_slot`, the memory of the last
+    arguments packed, and `snapshot`/`restore` so a refused update leaves the buffer as it was.
+    The driver copies the buffer at enqueue time, so it can be repacked for the next launch at
+    once.
     """
 
     __slots__ = ("_buf", "_mv", "_prev", "_prev_spans", "_ptrs", "address", "nparams",
-                 "offsets", "params", "sig")
+                 "offsets", "sig")
+    what = "kernel"  # how refusals name the kernel
 
     def __init__(self, sig: Signature) -> None:
         self.sig = sig
-        self.params = sig.params
-        self.nparams = len(sig.params)
         offsets, off = [], 0
         for p in sig.params:
             off = (off + p.align - 1) // p.align * p.align
@@ -176,14 +174,29 @@ class ParamBlock:
         self._prev: tuple = ()
         self._prev_spans: list = []
 
+    @property
+    def last_spans(self) -> list:
+        """The spans of the arguments packed last (held until they are replaced)."""
+        return self._prev_spans
+
+    def same_as_last(self, args: list | tuple) -> bool:
+        """True when ``args`` are the very objects (by identity) packed last."""
+        prev = self._prev
+        return len(args) == len(prev) and all(map(_is, args, prev))
+
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
         self._prev = ()
         self._prev_spans = []
 
-    def fresh(self) -> ParamBlock:
-        """A new, empty block for the same signature (for a bound launch of its own)."""
-        return ParamBlock(self.sig)
+    def snapshot(self) -> bytes:
+        """The packed bytes as they are now, for `restore`."""
+        return bytes(self._mv)
+
+    def restore(self, saved: bytes) -> None:
+        """Put back bytes taken by `snapshot`; the last arguments are forgotten."""
+        self._mv[:] = saved
+        self.forget()
 
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
         """Check every argument against the signature and write it; return the spans used.
@@ -198,7 +211,7 @@ class ParamBlock:
             return self._prev_spans  # the very objects checked and packed last time
         if len(args) != self.nparams:
             raise ValidationError(
-                f"{op}: kernel {self.sig.name!r} takes {self.nparams} argument(s), "
+                f"{op}: {self.what} {self.sig.name!r} takes {self.nparams} argument(s), "
                 f"got {len(args)}")
         self._prev = ()
         spans: list = []
@@ -211,6 +224,31 @@ class ParamBlock:
             _check_overlaps(spans, args, op)
         self._prev, self._prev_spans = tuple(args), spans
         return spans
+
+    def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
+        """Check and write argument ``i`` alone; return its span, or None for a value."""
+        raise NotImplementedError
+
+
+class ParamBlock(PackedParams):
+    """The packed arguments of a CUDA C, PTX or CUBIN kernel, checked against its `Signature`.
+
+    Made once per kernel (or per bound launch); `pack` overwrites the values in place, so a
+    launch allocates nothing for its parameters. It remembers the argument objects it packed
+    last: a launch with the very same objects (by identity) skips the checks it already made.
+    Those objects stay referenced until the next launch with others or the session's end.
+    """
+
+    __slots__ = ("params",)
+
+    def __init__(self, sig: Signature) -> None:
+        super().__init__(sig)
+        self.params = sig.params
+        self.nparams = len(sig.params)
+
+    def fresh(self) -> ParamBlock:
+        """A new, empty block for the same signature (for a bound launch of its own)."""
+        return ParamBlock(self.sig)
 
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""

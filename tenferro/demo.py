@@ -77,7 +77,9 @@ def run_demo(device: int = 0) -> int:
         host_us = (time.perf_counter() - t0) / reps * 1e6
         start = s.record_event()
         s.launch(axpy, cfg, args)
-        gpu_ms = start.elapsed_ms(s.record_event())
+        end = s.record_event()
+        end.synchronize()
+        gpu_ms = start.elapsed_ms(end)
         print(f"s.launch host cost: {host_us:.2f} us a launch (checked, {reps} launches); "
               f"one axpy on the GPU: {gpu_ms * 1e3:.1f} us")
 

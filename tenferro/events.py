@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _driver
-from .errors import RuntimeStateError, ValidationError
+from .errors import KernelFault, RuntimeStateError, ValidationError
 
 __all__ = ["Event"]
 
@@ -39,17 +39,25 @@ class Event:
     def query(self) -> bool:
         """True when the work recorded before the event has finished; never blocks."""
         self._check("event.query")
-        return _driver.event_query(self.handle, "event.query")
+        try:
+            return _driver.event_query(self.handle, "event.query")
+        except KernelFault as exc:
+            raise self.session.fault_seen(exc) from None
 
     def synchronize(self) -> None:
         """Block the host until the event has completed."""
         self._check("event.synchronize")
-        _driver.event_synchronize(self.handle, "event.synchronize")
+        try:
+            _driver.event_synchronize(self.handle, "event.synchronize")
+        except KernelFault as exc:
+            raise self.session.fault_seen(exc) from None
 
     def elapsed_ms(self, end: Event) -> float:
-        """Milliseconds of GPU time from this event to ``end``; waits for ``end`` to complete.
+        """Milliseconds of GPU time from this event to ``end``; both must have completed.
 
-        Both events need ``timing=True`` (the default of ``s.record_event``).
+        Both events need ``timing=True`` (the default of ``s.record_event``). An event the GPU
+        has not reached yet is a `RuntimeStateError`, not a hidden host wait: call
+        ``end.synchronize()`` (or ``s.synchronize()``) first.
         """
         op = "event.elapsed_ms"
         self._check(op)
@@ -59,8 +67,15 @@ class Event:
         if not (self.timing and end.timing):
             raise ValidationError(f"{op}: both events need timing=True "
                                   f"(start.timing={self.timing}, end.timing={end.timing})")
-        _driver.event_synchronize(end.handle, op)
-        return _driver.event_elapsed_ms(self.handle, end.handle, op)
+        try:
+            for name, ev in (("start", self), ("end", end)):
+                if not _driver.event_query(ev.handle, op):
+                    raise RuntimeStateError(
+                        f"{op}: the {name} event has not completed; call end.synchronize() "
+                        "or s.synchronize() first (elapsed_ms never waits)")
+            return _driver.event_elapsed_ms(self.handle, end.handle, op)
+        except KernelFault as exc:
+            raise self.session.fault_seen(exc) from None
 
     def __repr__(self) -> str:
         return f"Event(0x{self.handle:x}, timing={self.timing})"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _driver
-from .errors import BackendError, RuntimeStateError, ValidationError
+from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 
 __all__ = ["Capture", "Graph"]
 
@@ -50,11 +50,14 @@ class Graph:
         s._check_use("graph.launch")
         if s._capturing:
             raise RuntimeStateError("graph.launch: not during a capture")
-        _driver.graph_launch(self._exec_obj, s._sobj, "graph.launch")
-        held = s._held
-        held.append(self)  # the graph (and its owners) live until the stream passes this replay
-        if len(held) >= s._fence_every:
-            s._fence()
+        try:
+            _driver.graph_launch(self._exec_obj, s._sobj, "graph.launch")
+            held = s._held
+            held.append(self)  # the graph and its owners live until the stream passes the replay
+            if len(held) >= s._fence_every:
+                s._fence()
+        except KernelFault as exc:
+            raise s.fault_seen(exc) from None
 
     def __del__(self) -> None:
         for h, destroy in ((getattr(self, "_exec", 0), _driver.graph_exec_destroy),
@@ -103,6 +106,8 @@ class Capture:
             graph = _driver.capture_end(s._stream, op)
         except BackendError as end_exc:
             s._free_deferred()
+            if isinstance(end_exc, KernelFault):
+                end_exc = s.fault_seen(end_exc)
             if exc is not None:
                 exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
                 return

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from . import _driver
-from .errors import ValidationError
+from .errors import KernelFault, ValidationError
 from .spans import Span
 
 __all__ = ["BoundLaunch", "LaunchConfig"]
@@ -163,16 +163,19 @@ class BoundLaunch:
     def __call__(self) -> None:
         """Enqueue the launch on the session's stream."""
         s = self._session
-        if not s._fast or _get_ident() != s._thread:
-            self._call_checked()
-            return
-        err = self._launch(self._record_address)
-        if err:
-            _driver.raise_launch_error(err, "bound_launch")
-        s._last.append(self._name)
-        if not self._in_held:  # once per holds list: the session resets it when it lets go
-            self._in_held = True
-            s._hold(self)
+        try:
+            if not s._fast or _get_ident() != s._thread:
+                self._call_checked()
+                return
+            err = self._launch(self._record_address)
+            if err:
+                _driver.raise_launch_error(err, "bound_launch")
+            s._last.append(self._name)
+            if not self._in_held:  # once per holds list: the session resets it when it lets go
+                self._in_held = True
+                s._hold(self)
+        except KernelFault as exc:  # the launch or a fence query saw a fault
+            raise s.fault_seen(exc) from None
 
     def _call_checked(self) -> None:
         s = self._session
@@ -184,34 +187,44 @@ class BoundLaunch:
         s._hold(self)  # always: during a capture the graph takes its owners from the holds
 
     def update(self, index: int, arg: Any) -> None:
-        """Replace argument ``index``; only that slot is checked (and overlaps against the rest)."""
+        """Replace argument ``index``; only that slot is checked (and overlaps against the rest).
+
+        A refused update changes nothing: the packed bytes, ``args`` and ``spans`` stay those of
+        the launch as it was bound. The spans replaced stay held by the session until the
+        stream has passed the launches that used them.
+        """
         from .args import _check_overlaps
 
         op = "bound_launch.update"
-        self._session._check_use(op)
+        s = self._session
+        s._check_use(op)
         if not isinstance(index, int) or isinstance(index, bool) or \
                 not 0 <= index < len(self.args):
             raise ValidationError(f"{op}: {index=} is out of range for {len(self.args)} "
                                   "argument(s)")
-        span = self._block.pack_slot(index, arg, self._session, op)
-        self.args[index] = arg
-        old = self.spans
-        self.spans = [sp for sp in (self._block_span(i) for i in range(len(self.args)))
-                      if sp is not None]
-        if span is not None and len(self.spans) > 1:
-            try:
-                _check_overlaps(self.spans, self.args, op)
-            except ValidationError:
-                self.spans = old
-                raise
-
-    def _block_span(self, i: int) -> Any:
-        from .args import KernelArg
-
-        a = self.args[i]
-        if type(a) is KernelArg:
-            return a.span
-        return a if isinstance(a, Span) else None
+        block = self._block
+        saved = block.snapshot()
+        try:
+            span = block.pack_slot(index, arg, s, op)
+            args = list(self.args)
+            args[index] = arg
+            spans = [sp for sp in map(_span_of, args) if sp is not None]
+            if span is not None and len(spans) > 1:
+                _check_overlaps(spans, args, op)
+        except BaseException:
+            block.restore(saved)
+            raise
+        s._hold(self.spans)  # a launch already enqueued may still read the old ones
+        self.args, self.spans = args, spans
 
     def __repr__(self) -> str:
         return f"BoundLaunch({self.fn.name!r}, {self.config})"
+
+
+def _span_of(a: Any) -> Any:
+    """The span an argument passes, or None for a value."""
+    from .args import KernelArg
+
+    if type(a) is KernelArg:
+        return a.span
+    return a if isinstance(a, Span) else None

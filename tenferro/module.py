@@ -159,6 +159,7 @@ def _write_cache(path: Path, entry: dict) -> None:
         pass  # a read-only or full cache directory costs a recompile, never a failure
 
 
+_NO_CONFIG = object()  # Function.last_config before any config was checked
 _PTX_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 
 
@@ -281,7 +282,9 @@ class Function:
         self.checked_configs: set = set()
         # The launcher's record for the last config checked (handle, grid, block, shared
         # memory, stream, parameter block) and its address, rebuilt when the config changes.
-        self.last_config: Any = None
+        # Until a config has been checked, `last_config` is a private object no caller can
+        # pass, so `session.launch` never takes its fast path with an unset record.
+        self.last_config: Any = _NO_CONFIG
         self.record: Any = None
         self.record_address: int = 0
         caches = getattr(self.session, "_caches", None)

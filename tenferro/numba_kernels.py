@@ -17,7 +17,6 @@ inside called device functions, or through pointers the kernel makes itself.
 
 from __future__ import annotations
 
-import ctypes
 import operator
 import struct
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import _driver, dtypes
-from .args import KernelArg, _check_overlaps
+from .args import KernelArg, PackedParams
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
@@ -158,66 +157,27 @@ def _f_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
     return True
 
 
-class NumbaParamBlock:
+class NumbaParamBlock(PackedParams):
     """numba's argument layout in one buffer, with cuLaunchKernel's pointer array into it.
 
-    `pack` has the interface of `ParamBlock.pack`: check every argument, write it in place,
-    return the spans.
+    `pack` is `PackedParams.pack`: check every argument, write it in place, return the spans.
     """
 
-    __slots__ = ("_buf", "_mv", "_prev", "_prev_spans", "_ptrs", "address", "name",
-                 "nparams", "offsets", "sig", "specs", "structs", "writes")
+    __slots__ = ("name", "specs", "structs", "writes")
+    what = "numba kernel"
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
+        super().__init__(sig)
         self.name = name
         self.specs = specs
-        self.sig = sig
         self.writes = frozenset(writes)
         self.nparams = len(specs)
-        offsets, off = [], 0
-        for p in sig.params:
-            off = (off + p.align - 1) // p.align * p.align
-            offsets.append(off)
-            off += p.size
-        self.offsets = tuple(offsets)
-        self._buf = ctypes.create_string_buffer(max(off, 8))
-        self._mv = memoryview(self._buf).cast("B")
-        base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
-        self.address = ctypes.addressof(self._ptrs)
-        self._prev: tuple = ()
-        self._prev_spans: list = []
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
-
-    def forget(self) -> None:
-        """Drop the remembered last arguments (the session calls this when it synchronizes)."""
-        self._prev = ()
-        self._prev_spans = []
 
     def fresh(self) -> NumbaParamBlock:
         """A new, empty block for the same kernel (for a bound launch of its own)."""
         return NumbaParamBlock(self.name, self.specs, self.sig, self.writes)
-
-    def pack(self, args: list | tuple, session: Any, op: str) -> list:
-        """Check and write every argument; return the spans used (cached as `ParamBlock`)."""
-        prev = self._prev
-        if len(args) == len(prev) and all(map(_is, args, prev)):
-            return self._prev_spans
-        if len(args) != self.nparams:
-            raise ValidationError(f"{op}: numba kernel {self.name!r} takes {self.nparams} "
-                                  f"argument(s), got {len(args)}")
-        self._prev = ()
-        spans: list = []
-        slot = self.pack_slot
-        for i in range(self.nparams):
-            span = slot(i, args[i], session, op)
-            if span is not None:
-                spans.append(span)
-        if len(spans) > 1:
-            _check_overlaps(spans, args, op)
-        self._prev, self._prev_spans = tuple(args), spans
-        return spans
 
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Any:
         """Check and write argument ``i`` alone; return its span, or None for a scalar."""

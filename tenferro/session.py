@@ -10,6 +10,7 @@ host barrier) drops them all.
 from __future__ import annotations
 
 import collections
+import functools
 import operator
 import threading
 from typing import Any
@@ -42,7 +43,30 @@ def _unflag(held: list) -> None:
 
 _get_ident = threading.get_ident
 _is = operator.is_
+_ADDRESS_END = 1 << 64
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
+
+
+def _cupy_negative_strides(x: Any) -> bool:
+    """True for a CuPy array with a negative stride, which is read through its CAI instead.
+
+    CuPy's DLPack export divides such byte strides as unsigned numbers (-4 bytes becomes
+    2**62 - 1 elements); its CUDA Array Interface gives them right.
+    """
+    return type(x).__module__.partition(".")[0] == "cupy" and \
+        any(st < 0 for st in getattr(x, "strides", ()))
+
+
+def _reports_faults(method: Any) -> Any:
+    """Wrap a Session method: a kernel fault its driver calls report stops the session."""
+    @functools.wraps(method)
+    def checked(self: Session, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except KernelFault as exc:
+            raise self.fault_seen(exc) from None
+
+    return checked
 
 
 def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
@@ -58,13 +82,22 @@ def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 def _stream_handle(stream: Any) -> int:
     """Normalise ``Session(stream=...)``: an int handle or an object with ``__cuda_stream__``."""
     if hasattr(stream, "__cuda_stream__"):
-        got = stream.__cuda_stream__()
-        if not (isinstance(got, tuple) and len(got) == 2):
+        try:
+            got = stream.__cuda_stream__()
+        except Exception as exc:
+            raise ValidationError(f"Session: stream.__cuda_stream__() raised {exc!r}") from exc
+        if not (isinstance(got, tuple) and len(got) == 2 and _is_int(got[0]) and got[0] == 0
+                and _is_int(got[1]) and 0 <= got[1] < _ADDRESS_END):
             raise ValidationError(f"Session: stream.__cuda_stream__() returned {got!r}; "
-                                  "expected (version, handle)")
+                                  "expected (0, handle): protocol version 0 and a stream "
+                                  "handle >= 0")
         stream = got[1]
     if not isinstance(stream, (int, np.integer)) or isinstance(stream, bool) or stream < 0:
         raise ValidationError(f"Session: {stream=} must be None, a stream handle (int) or an "
@@ -86,6 +119,7 @@ class Session:
             raise ValidationError(f"Session: {device=} must be an int >= 0")
         self.device = device
         self._external_stream = None if stream is None else _stream_handle(stream)
+        self._stream_owner = stream  # an object with __cuda_stream__ keeps its stream alive
         self._open = False
         self._thread: int | None = None
         self._modules: list[Module] = []
@@ -161,6 +195,7 @@ class Session:
         _unflag(self._held)
         self._held.clear()
         self._retained.clear()
+        self._stream_owner = None
         self._resources.clear()
         for c in self._caches:
             c.forget()
@@ -223,6 +258,23 @@ class Session:
             raise KernelFault(f"{op}: an earlier kernel fault made this session unusable",
                               launches=tuple(self._last))
 
+    def fault_seen(self, exc: KernelFault) -> KernelFault:
+        """Record that a driver call of this session reported a kernel fault; what to raise.
+
+        A fault is sticky in the device's context, so whichever call sees it first (a
+        synchronize, a copy, a launch, an allocation, an event query) stops the session: the
+        exception returned names the last launches, and every later use is refused. Leaving the
+        ``with`` block does not raise it a second time. Tenferro's parts call this for faults
+        their own driver calls report.
+        """
+        if self._faulted:  # already reported; this is a refusal of the dead session
+            return exc
+        self._faulted = True
+        self._fast = False
+        last = tuple(self._last)
+        return KernelFault(f"{exc}; last launches: {list(last)}", exc.result_name,
+                           exc.result_code, last)
+
     # --- liveness ------------------------------------------------------------------------
 
     def _fence(self) -> None:
@@ -245,6 +297,7 @@ class Session:
         if len(held) >= self._fence_every:
             self._fence()
 
+    @_reports_faults
     def retain(self, obj: Any) -> Any:
         """Keep ``obj`` alive until the session closes; returns it."""
         self._check_use("session.retain")
@@ -259,10 +312,12 @@ class Session:
                                 "the capture")
         return Tensor._allocate(self, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
 
+    @_reports_faults
     def alloc_output(self, shape: Any, dtype: Any) -> Tensor:
         """An uninitialised Tensor, for a kernel to write every element of."""
         return self._new_tensor(shape, dtype, "session.alloc_output")
 
+    @_reports_faults
     def alloc_zeros(self, shape: Any, dtype: Any) -> Tensor:
         """A zero-filled Tensor."""
         op = "session.alloc_zeros"
@@ -270,6 +325,7 @@ class Session:
         _driver.memset_d8_async(t.ptr, 0, t.nbytes, self._stream, op)
         return t
 
+    @_reports_faults
     def alloc_bytes(self, nbytes: int) -> DeviceBytes:
         """An untyped, exclusive device workspace of ``nbytes`` bytes."""
         op = "session.alloc_bytes"
@@ -278,13 +334,14 @@ class Session:
         t = self._new_tensor((int(nbytes),), np.uint8, op)
         return DeviceBytes(t.ptr, t.shape, t.strides, t.scalar_type, self.device, t, self)
 
+    @_reports_faults
     def upload(self, array: np.ndarray) -> Tensor:
         """Copy a host array into a new Tensor of the same dtype and shape (stream-ordered)."""
         op = "session.upload"
         if not isinstance(array, np.ndarray):
             raise ValidationError(f"{op}: array must be a numpy.ndarray, got "
                                   f"{type(array).__name__}")
-        host = np.ascontiguousarray(array)
+        host = np.ascontiguousarray(array).reshape(array.shape)  # 0-d stays 0-d
         self._refuse_in_capture(op, "host copies cannot be captured; upload before the capture")
         t = self._new_tensor(host.shape, host.dtype, op)
         if t.nbytes:
@@ -292,6 +349,7 @@ class Session:
         self._held.append(host)  # the host source stays alive until the stream passes the copy
         return t
 
+    @_reports_faults
     def download(self, x: Any) -> np.ndarray:
         """Copy a Tensor, span or foreign device array to a new numpy array; waits for the stream.
 
@@ -317,6 +375,7 @@ class Session:
                           strides=span.strides)
         return np.ascontiguousarray(view)
 
+    @_reports_faults
     def copy(self, dst: Any, src: Any) -> None:
         """Copy ``src`` into ``dst`` on the stream (device to device).
 
@@ -338,6 +397,7 @@ class Session:
             _driver.memcpy_dtod_async(d.ptr, s.ptr, d.nbytes, self._stream, op)
         self._held.append((d, s))
 
+    @_reports_faults
     def copy_peer(self, dst: Any, src: Any) -> None:
         """Copy ``src``, memory of another session (any device), into ``dst`` of this one.
 
@@ -435,9 +495,7 @@ class Session:
             if f.stream is not None and f.stream != self._stream:
                 self._refuse_in_capture(op, "ordering after the producer's stream needs an "
                                         "event; make the span before the capture")
-                # Order our stream after the producer's without blocking the host.
-                _driver.event_record(self._import_event, f.stream, op)
-                _driver.stream_wait_event(self._stream, self._import_event, op)
+                self._order_after(f.stream, op)
             ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
                                                        f.owner, f.readonly)
         if readonly and cls is not TensorRef:
@@ -453,14 +511,33 @@ class Session:
                 raise ValidationError(
                     f"{op}: x has non-compact strides={strides} (bytes) for shape={shape}; "
                     "pass allow_strided=True for a kernel that takes strides, or copy it")
+            if any(d > 1 and st % t.itemsize for d, st in zip(shape, strides, strict=True)):
+                raise ValidationError(
+                    f"{op}: x has strides={strides} (bytes) that are not multiples of its "
+                    f"{t.itemsize}-byte {t.name} elements; a kernel would read misplaced data")
+            if span.lo < 0 or span.hi > _ADDRESS_END:
+                raise ValidationError(
+                    f"{op}: x's strides={strides} (bytes) for shape={shape} from 0x{ptr:x} "
+                    "reach outside the address space; the producer described it wrongly")
             if cls is not TensorRef and any(d > 1 and st == 0 for d, st in
                                             zip(shape, strides, strict=True)):
                 raise ValidationError(f"{op}: x has a zero stride (a broadcast view); writes "
                                       f"through it would race (strides={strides})")
+        elif span.hi > _ADDRESS_END:
+            raise ValidationError(f"{op}: x's {span.nbytes} bytes from 0x{ptr:x} reach outside "
+                                  "the address space; the producer described it wrongly")
         if span.nbytes and ptr % t.itemsize:
             raise ValidationError(f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
                                   f"{t.itemsize}-byte {t.name} elements")
         return span
+
+    def _order_after(self, stream: int, op: str) -> None:
+        """Order the session's stream after ``stream``'s work so far, without blocking the host."""
+        try:
+            _driver.event_record(self._import_event, stream, op)
+            _driver.stream_wait_event(self._stream, self._import_event, op)
+        except KernelFault as exc:
+            raise self.fault_seen(exc) from None
 
     def _read_foreign(self, x: Any, op: str) -> Foreign:
         if isinstance(x, np.ndarray):
@@ -468,7 +545,7 @@ class Session:
                                   "it to the device")
         # DLPack first: it names the device, spells every dtype (torch's CAI v2 cannot say
         # bfloat16 or its stream), carries READ_ONLY and has the producer order its stream.
-        if hasattr(x, "__dlpack__"):
+        if hasattr(x, "__dlpack__") and not _cupy_negative_strides(x):
             return self._read_dlpack(x, op)
         if hasattr(x, "__cuda_array_interface__"):
             return read_cai(x, op)
@@ -488,6 +565,8 @@ class Session:
         return read_dlpack(x, self._stream, self.device, op)
 
     def _check_memory(self, f: Foreign, op: str) -> None:
+        if not 0 <= f.ptr < _ADDRESS_END:
+            raise ValidationError(f"{op}: x's data pointer {f.ptr} is not a 64-bit address")
         if f.device is not None and f.device != self.device:
             raise ValidationError(f"{op}: x lives on device {f.device}, this session is on "
                                   f"device {self.device}")
@@ -513,8 +592,7 @@ class Session:
         other = x._session
         if other._open:  # the other session may still be writing it: order after its stream
             self._refuse_in_capture(op, "a Tensor of another open session needs an event")
-            _driver.event_record(self._import_event, other._stream, op)
-            _driver.stream_wait_event(self._stream, self._import_event, op)
+            self._order_after(other._stream, op)
 
     def readonly(self, span: Span) -> TensorRef:
         """A read-only view of a span or Tensor of this session."""
@@ -526,6 +604,7 @@ class Session:
         self._modules.append(m)
         return m
 
+    @_reports_faults
     def compile(self, source: str, options: Any = None, name_expressions: Any = None,
                 arch: str | None = None) -> Module:
         """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it.
@@ -548,6 +627,7 @@ class Session:
                          _driver_version=_driver.driver_version())
         return self._add_module(Module(self, r.image, "cubin", r.signatures, r.lowered_names, op))
 
+    @_reports_faults
     def load_ptx(self, text: str | bytes) -> Module:
         """Load PTX text; its ``.entry`` parameter lists become the functions' signatures."""
         op = "session.load_ptx"
@@ -560,6 +640,7 @@ class Session:
         image = text.encode() + b"\0"
         return self._add_module(Module(self, image, "ptx", sigs, None, op))
 
+    @_reports_faults
     def load_cubin(self, image: bytes) -> Module:
         """Load a CUBIN; parameter sizes come from the driver (cuFuncGetParamInfo).
 
@@ -597,6 +678,7 @@ class Session:
             fn.record_address = fn.record.address
         return fn
 
+    @_reports_faults
     def numba_kernel(self, kernel: Any, signature: Any = None) -> Function | NumbaKernel:
         """A numba-cuda kernel for this session, launched by `launch` like any Function.
 
@@ -622,24 +704,28 @@ class Session:
         they are replaced, when the session holds them until the stream passes, or the next
         synchronize).
         """
-        if fn.__class__ is not Function or fn.session is not self or \
-                config is not fn.last_config or not self._fast or _get_ident() != self._thread:
-            self._launch_checked(fn, config, args)
-            return
-        block = fn.block
-        prev = block._prev
-        if len(args) != len(prev) or not all(map(_is, args, prev)):
-            replaced = block._prev_spans
-            block.pack(args, self, "session.launch")
-            if replaced:  # the previous launch may still be running: hold what it used
-                held = self._held
-                held.append(replaced)
-                if len(held) >= self._fence_every:
-                    self._fence()
-        err = self._launch(fn.record_address)
-        if err:
-            _driver.raise_launch_error(err, "session.launch")
-        self._last.append(fn.name)
+        try:
+            if fn.__class__ is not Function or fn.session is not self or \
+                    config is not fn.last_config or not self._fast or \
+                    _get_ident() != self._thread:
+                self._launch_checked(fn, config, args)
+                return
+            block = fn.block
+            prev = block._prev
+            if len(args) != len(prev) or not all(map(_is, args, prev)):
+                replaced = block._prev_spans
+                block.pack(args, self, "session.launch")
+                if replaced:  # the previous launch may still be running: hold what it used
+                    held = self._held
+                    held.append(replaced)
+                    if len(held) >= self._fence_every:
+                        self._fence()
+            err = self._launch(fn.record_address)
+            if err:
+                _driver.raise_launch_error(err, "session.launch")
+            self._last.append(fn.name)
+        except KernelFault as exc:  # no cost unless raised: a fence query or the launch saw it
+            raise self.fault_seen(exc) from None
 
     def _launch_checked(self, fn: Any, config: Any, args: list | tuple) -> None:
         """`launch` when anything is new: a function, a config, a capture, another thread."""
@@ -659,6 +745,7 @@ class Session:
         if len(held) >= self._fence_every:
             self._fence()
 
+    @_reports_faults
     def bind(self, fn: Function | NumbaKernel, config: LaunchConfig,
              args: list | tuple) -> BoundLaunch:
         """Check and pack a launch once; calling the result enqueues it with no further work.
@@ -680,6 +767,7 @@ class Session:
 
     # --- events and barriers -------------------------------------------------------------
 
+    @_reports_faults
     def record_event(self, timing: bool = True) -> Event:
         """Record an event at the current tail of the session's stream."""
         op = "session.record_event"
@@ -689,6 +777,7 @@ class Session:
         _driver.event_record(ev.handle, self._stream, op)
         return ev
 
+    @_reports_faults
     def wait(self, event: Event) -> None:
         """Order later work on this session's stream after ``event`` (no host block)."""
         op = "session.wait"
@@ -710,10 +799,7 @@ class Session:
         try:
             _driver.stream_synchronize(self._stream, op)
         except KernelFault as exc:
-            self._faulted = True
-            self._fast = False
-            raise KernelFault(f"{exc}; last launches: {list(self._last)}", exc.result_name,
-                              exc.result_code, tuple(self._last)) from None
+            raise self.fault_seen(exc) from None
         _unflag(self._held)
         self._held.clear()
         for c in self._caches:
@@ -723,6 +809,7 @@ class Session:
 
     # --- resources -----------------------------------------------------------------------
 
+    @_reports_faults
     def resource(self, key: Any, init: Any, kind: type | None = None) -> Any:
         """The value cached under ``key`` for this session, made by ``init(session)`` once.
 

@@ -116,7 +116,7 @@ class Tensor:
         return {
             "shape": self.shape,
             "typestr": typestr,
-            "data": (self.ptr, False),
+            "data": (self.ptr if self.nbytes else 0, False),  # the interface: 0 when empty
             "strides": None,
             "version": 3,
             "stream": s._stream_for_export() if s._open else None,

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 import tenferro as tf
@@ -36,3 +37,66 @@ def test_config_is_immutable_and_hashable():
     with pytest.raises(AttributeError):
         c.grid = (2, 1, 1)
     assert {c: 1}[tf.LaunchConfig.flat(10)] == 1
+
+
+# --- launches refused before the driver, and nothing changed after a refusal -------------------
+
+NOT_CONFIGS = [None, 0, (1, 32), "flat", object()]
+
+
+def _axpy(session, rng, n=1000):
+    from _sources import AXPY
+
+    fn = session.compile(AXPY).function("axpy")
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    return fn, x, y, session.upload(x), session.upload(y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", NOT_CONFIGS, ids=repr)
+def test_launch_refuses_a_config_that_is_not_a_launchconfig(session, rng, config):
+    # A function that never launched must not reach the driver with an unset launch record.
+    fn, x, y, tx, ty = _axpy(session, rng)
+    args = [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0), tf.u32(x.size)]
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.launch: config must be a LaunchConfig, got "):
+        session.launch(fn, config, args)
+    with pytest.raises(tf.ValidationError, match=r"session\.bind: config must be a LaunchConfig"):
+        session.bind(fn, config, args)
+    np.testing.assert_array_equal(session.download(ty), y)  # nothing ran
+    cfg = tf.LaunchConfig.flat(x.size, 128)
+    session.launch(fn, cfg, args)
+    # After a launch the fast path is armed for cfg; the same args with a bad config are refused.
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a LaunchConfig"):
+        session.launch(fn, config, args)
+    np.testing.assert_allclose(session.download(ty), 2.0 * x.astype(np.float64) + y, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_refused_bound_launch_update_changes_nothing(session, rng):
+    fn, x, y, tx, ty = _axpy(session, rng)
+    other = session.upload(rng.standard_normal(x.size).astype(np.float32))
+    bound = session.bind(fn, tf.LaunchConfig.flat(x.size, 128),
+                         [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0),
+                          tf.u32(x.size)])
+    args, spans = list(bound.args), list(bound.spans)
+    # Each refusal leaves the bound launch as it was: y aliasing the written y, a wrong type.
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[0\] .* and "
+                                                 r"args\[1\] .* overlap in memory"):
+        bound.update(1, session.tensor(ty))
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] expects "):
+        bound.update(2, tf.f64(5.0))
+    with pytest.raises(tf.ValidationError,
+                       match=r"bound_launch\.update: args\[1\] is str; expected a span"):
+        bound.update(1, "x")
+    assert bound.args == args and bound.spans == spans
+    bound()
+    np.testing.assert_allclose(session.download(ty), 2.0 * x.astype(np.float64) + y, rtol=1e-6)
+    # An accepted update takes effect: x replaced by other.
+    bound.update(1, session.tensor(other))
+    before = session.download(ty).astype(np.float64)
+    bound()
+    np.testing.assert_allclose(session.download(ty),
+                               2.0 * session.download(other).astype(np.float64) + before,
+                               rtol=1e-6)

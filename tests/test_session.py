@@ -252,6 +252,13 @@ def test_events_time_work_and_order_streams(session, rng):
     session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 1.0,
                                                  n, 20_000_000])
     end = session.record_event()
+    # elapsed_ms never waits: the kernel spins for milliseconds, so end is still pending.
+    assert not end.query()
+    with pytest.raises(tf.RuntimeStateError,
+                       match=r"event\.elapsed_ms: the end event has not completed"):
+        start.elapsed_ms(end)
+    assert not end.query()  # the refusal did not wait either
+    end.synchronize()
     ms = start.elapsed_ms(end)
     assert 1.0 < ms < 1000.0
     assert end.query()
@@ -326,3 +333,91 @@ def test_session_compile_refuses_another_architecture(session):
                        match=rf"session\.compile: arch='{other}' is not this device's "
                              rf"architecture \(sm_{major}{minor}, "):
         session.compile("extern \"C\" __global__ void f() {}", arch=other)
+
+
+class _StreamObj:
+    def __init__(self, ret):
+        self.ret = ret
+
+    def __cuda_stream__(self):
+        return self.ret
+
+
+@pytest.mark.parametrize("ret", [("x", 0), (1, 0x1000), (-1, 0x1000), (0, -5), (0, 1 << 64),
+                                 (0, "0x10"), (0, 0x10, 0), [0, 0x10], None, (True, 0x10)],
+                         ids=repr)
+def test_session_refuses_malformed_cuda_stream(ret):
+    with pytest.raises(tf.ValidationError,
+                       match=r"Session: stream\.__cuda_stream__\(\) returned .*; expected "
+                             r"\(0, handle\)"):
+        tf.Session(stream=_StreamObj(ret))
+
+
+def test_session_keeps_the_stream_object_alive():
+    import gc
+    import weakref
+
+    obj = _StreamObj((0, 0x10))  # the largest protocol version accepted is 0
+    s = tf.Session(stream=obj)
+    ref = weakref.ref(obj)
+    del obj
+    gc.collect()
+    assert ref() is not None and s.is_open is False
+    del s
+    gc.collect()
+    assert ref() is None
+
+
+FAULT_THROUGH = r'''
+import sys, numpy as np, tenferro as tf
+how = sys.argv[1]
+SRC = r"""extern "C" __global__ void bad(float* p) { p[threadIdx.x + (1ull << 40)] = 1.0f; }
+extern "C" __global__ void ok(float* p) { p[threadIdx.x] = 2.0f; }"""
+with tf.Session() as s:
+    m = s.compile(SRC)
+    bad, ok = m.function("bad"), m.function("ok")
+    y = s.alloc_zeros(32, np.float32)
+    z = s.alloc_zeros(32, np.float32)
+    cfg = tf.LaunchConfig(1, 32)
+    bound = s.bind(ok, cfg, [s.tensor_mut(z)])
+    start = s.record_event()
+    s.launch(bad, cfg, [s.tensor_mut(y)])
+    end = s.record_event()
+    import time; time.sleep(0.5)  # let the fault happen before the next driver call
+    calls = {
+        "download": lambda: s.download(y),
+        "launch": lambda: [s.launch(ok, cfg, [s.tensor_mut(z)]) for _ in range(3)],
+        "bound": lambda: [bound() for _ in range(3)],
+        "alloc": lambda: s.alloc_zeros(1 << 20, np.float32),
+        "upload": lambda: s.upload(np.ones(1 << 20, np.float32)),
+        "copy": lambda: s.copy(z, y),
+        "event": lambda: end.synchronize(),
+        "elapsed": lambda: start.elapsed_ms(end),
+        "synchronize": lambda: s.synchronize(),
+    }
+    try:
+        calls[how]()
+        print("NO FAULT")
+    except tf.KernelFault as exc:
+        print("FAULT", exc.result_name, exc.launches)
+    try:
+        s.tensor(z)
+    except tf.KernelFault as exc:
+        print("REFUSED", exc)
+print("EXITED CLEANLY")
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["download", "launch", "bound", "alloc", "upload", "copy",
+                                 "event", "elapsed", "synchronize"])
+def test_a_fault_seen_by_any_call_is_named_once_and_stops_the_session(how):
+    if gpu_reason():
+        pytest.skip(gpu_reason())
+    r = subprocess.run([sys.executable, "-c", FAULT_THROUGH, how], capture_output=True,
+                       text=True, timeout=120)
+    out = r.stdout + r.stderr
+    assert re.search(r"FAULT CUDA_ERROR_ILLEGAL_ADDRESS \(.*'bad'", r.stdout), out
+    assert re.search(r"REFUSED session\.tensor: an earlier kernel fault", r.stdout), out
+    # Handled inside the block, the fault is not raised again when the block ends.
+    assert "EXITED CLEANLY" in r.stdout and r.returncode == 0, out

@@ -131,3 +131,62 @@ def _catch(f):
     except Exception as exc:
         return exc
     return None
+
+
+@pytest.mark.gpu
+def test_strides_must_be_whole_elements(session, cai, rng):
+    t = session.upload(rng.standard_normal(64).astype(np.float32))
+    # 8-byte steps over 4-byte elements: the last stride accepted (every other element) ...
+    view = session.tensor(cai(t.ptr, (4,), "<f4", strides=(8,), keep=t), allow_strided=True)
+    np.testing.assert_array_equal(session.download(view), t.to_host()[:8:2])
+    # ... and 5-byte steps refused: a kernel would read elements straddling two floats.
+    for strides in [(5,), (6,), (9,)]:
+        with pytest.raises(tf.ValidationError,
+                           match=rf"session\.tensor: x has strides=\({strides[0]},\) \(bytes\) "
+                                 r"that are not multiples of its 4-byte f32 elements"):
+            session.tensor(cai(t.ptr, (4,), "<f4", strides=strides, keep=t), allow_strided=True)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor_mut: x has strides=\(4, 10\)"):
+        session.tensor_mut(cai(t.ptr, (3, 4), "<f4", strides=(4, 10), keep=t),
+                           allow_strided=True)
+    # A dimension of extent 1 is never stepped along: its stride does not matter.
+    one = session.tensor(cai(t.ptr, (1, 4), "<f4", strides=(7, 4), keep=t))
+    np.testing.assert_array_equal(session.download(one), t.to_host()[:4].reshape(1, 4))
+
+
+@pytest.mark.gpu
+def test_extents_outside_the_address_space_are_refused(session, cai):
+    t = session.alloc_zeros(64, np.float32)
+    wrapped = (1 << 64) - 4  # -4 read as unsigned
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x's strides=\(18446744073709551"
+                                                 r"612,\) \(bytes\) for shape=\(10,\) .* reach "
+                                                 r"outside the address space"):
+        session.tensor(cai(t.ptr, (10,), "<f4", strides=(wrapped,), keep=t), allow_strided=True)
+    below_zero = -t.ptr  # the tenth element would sit at 8 * -ptr
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x's strides=\(-\d+,\) .* reach "
+                                                 r"outside the address space"):
+        session.tensor(cai(t.ptr, (10,), "<f4", strides=(below_zero,), keep=t),
+                       allow_strided=True)
+    # The same view in range reads (the last accepted side): nine steps back from the end.
+    back = session.tensor(cai(t.ptr + 36, (10,), "<f4", strides=(-4,), keep=t),
+                          allow_strided=True)
+    assert (back.lo, back.hi) == (t.ptr, t.ptr + 40)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x's data pointer -64 is not "
+                                                 r"a 64-bit address"):
+        session.tensor(cai(-64, (4,), "<f4", keep=t))
+
+
+@pytest.mark.gpu
+def test_cupy_negative_stride_views_read_right(session, rng):
+    cp = pytest.importorskip("cupy")
+    a = rng.standard_normal((4, 5, 9))
+    x = cp.asarray(a)
+    for view, ref in [(x[::2, ::-1, 2:-3], a[::2, ::-1, 2:-3]),
+                      (x.ravel()[::-1], a.ravel()[::-1]),
+                      (x.astype(cp.float32)[:, ::-2, 1], a.astype(np.float32)[:, ::-2, 1])]:
+        span = session.tensor(view, allow_strided=True)
+        assert span.strides == view.strides and span.ptr == view.data.ptr
+        np.testing.assert_array_equal(session.download(span), ref)
+    rev = x.ravel()[::-1]
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x has non-compact "
+                                                 r"strides=\(-8,\)"):
+        session.tensor(rev)

@@ -80,3 +80,26 @@ def test_cuda_array_interface_export_is_zero_copy(session, rng):
     np.testing.assert_array_equal(view.copy_to_host(), a)
     view[0, 0] = 12345.0  # a write through numba is seen by tenferro: the same memory
     assert session.download(t)[0, 0] == 12345.0
+
+
+@pytest.mark.gpu
+def test_zero_d_tensor_keeps_its_shape_through_upload_and_export(session):
+    value = np.float32(np.random.default_rng().standard_normal())
+    t = session.upload(np.array(value))
+    assert t.shape == () and t.strides == () and t.nbytes == 4
+    assert session.download(t).shape == () and session.download(t) == value
+    cp = pytest.importorskip("cupy")
+    c = cp.from_dlpack(t)
+    assert c.shape == () and c.data.ptr == t.ptr and float(c) == value
+    torch = pytest.importorskip("torch")
+    tt = torch.from_dlpack(t)
+    assert tt.shape == () and tt.data_ptr() == t.ptr and tt.item() == value
+
+
+@pytest.mark.gpu
+def test_zero_size_tensor_exports_a_null_cai_pointer(session):
+    z = session.alloc_zeros((0, 3), np.float32)
+    cai = z.__cuda_array_interface__
+    assert cai["data"] == (0, False) and cai["shape"] == (0, 3)
+    one = session.alloc_zeros((1,), np.float32)  # the first non-empty size has its pointer
+    assert one.__cuda_array_interface__["data"] == (one.ptr, False) and one.ptr != 0
