@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import RuntimeStateError
+from .errors import TenferroError
+
+
+def _device_ordinal(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; device ordinals start at 0")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,14 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tenferro")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile and launch real kernels on a GPU and check them")
-    demo.add_argument("--device", type=int, default=0)
+    demo.add_argument("--device", type=_device_ordinal, default=0,
+                      help="the device ordinal (default 0)")
     ns = parser.parse_args(argv)
     if ns.command == "demo":
         from .demo import run_demo
 
         try:
             return run_demo(ns.device)
-        except RuntimeStateError as exc:
+        except TenferroError as exc:
             print(f"tenferro demo: {exc}", file=sys.stderr)
             return 2
     return 2  # pragma: no cover - argparse refuses other commands

@@ -568,11 +568,18 @@ def raise_launch_error(err: Any, op: str) -> None:
 # --- NVRTC (needs no driver) ------------------------------------------------------------------
 
 
+_NVRTC_MISSING = ("NVRTC could not be loaded ({exc}); it comes with the cu13 or cu12 extra: "
+                  "pip install 'tenferro[cu13]' (CUDA 13 drivers) or 'tenferro[cu12]'")
+
+
 def nvrtc_version() -> tuple[int, int]:
-    """(major, minor) of the NVRTC library in use."""
+    """(major, minor) of the NVRTC library in use; `RuntimeStateError` when it is missing."""
     from cuda.bindings import nvrtc
 
-    res = nvrtc.nvrtcVersion()
+    try:
+        res = nvrtc.nvrtcVersion()
+    except Exception as exc:  # cuda.pathfinder's DynamicLibNotFoundError, or an OSError
+        raise RuntimeStateError(f"compile_cuda: {_NVRTC_MISSING.format(exc=exc)}") from None
     if res[0]:
         raise BackendError(f"nvrtcVersion: NVRTC returned {res[0].name}", res[0].name)
     return int(res[1]), int(res[2])
@@ -620,17 +627,28 @@ def nvrtc_compile(source: bytes, name: bytes, options: list[bytes],
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def cuda_include_dir() -> str | None:
-    """The CUDA toolkit header directory (cuda_fp16.h, ...) for NVRTC, or None when not found."""
+def cuda_include_dirs() -> list[str]:
+    """The CUDA toolkit header directories for NVRTC (none found: an empty list).
+
+    The toolkit's own (cuda_fp16.h, ...) and, where present, CCCL's: CUDA 13's
+    ``<cooperative_groups.h>`` and ``<cuda/std/...>`` include from it.
+    """
+    found = None
     try:
         from cuda.pathfinder import find_nvidia_header_directory
 
         found = find_nvidia_header_directory("cudart")
     except Exception:
-        found = None
-    if found:
-        return str(found)
-    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if base and os.path.isfile(os.path.join(base, "include", "cuda_fp16.h")):
-            return os.path.join(base, "include")
-    return None
+        pass
+    if not found:
+        for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            if base and os.path.isfile(os.path.join(base, "include", "cuda_fp16.h")):
+                found = os.path.join(base, "include")
+                break
+    if not found:
+        return []
+    dirs = [str(found)]
+    cccl = os.path.join(str(found), "cccl")
+    if os.path.isdir(cccl):
+        dirs.append(cccl)
+    return dirs

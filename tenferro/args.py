@@ -41,7 +41,7 @@ class KernelArg:
     __slots__ = ("align", "data", "kind", "scalar_type", "span")
 
     def __init__(self, kind: int, scalar_type: ScalarType | None, data: bytes,
-                 span: Span | None = None, align: int = 1) -> None:
+                 span: Span | None = None, align: int | None = None) -> None:
         self.kind = kind
         self.scalar_type = scalar_type
         self.data = data
@@ -65,8 +65,17 @@ class KernelArg:
 
     @classmethod
     def struct(cls, data: bytes | bytearray | memoryview | np.ndarray | ctypes.Structure,
-               align: int = 8) -> KernelArg:
-        """A by-value struct: its raw bytes, checked against the parameter's size at launch."""
+               align: int | None = None) -> KernelArg:
+        """A by-value struct: its raw bytes, checked against the parameter's size at launch.
+
+        ``align``, when given, is the struct's alignment in bytes (a power of two up to 256);
+        a launch then also checks it against the parameter's where the signature says it (PTX
+        and CUDA C). None leaves the alignment to the parameter.
+        """
+        op = "KernelArg.struct"
+        if align is not None and (not isinstance(align, int) or isinstance(align, bool)
+                                  or not 1 <= align <= 256 or align & (align - 1)):
+            raise ValidationError(f"{op}: {align=} must be None or a power of two from 1 to 256")
         if isinstance(data, np.ndarray):
             raw = data.tobytes()
         elif isinstance(data, ctypes.Structure):
@@ -74,8 +83,10 @@ class KernelArg:
         elif isinstance(data, (bytes, bytearray, memoryview)):
             raw = bytes(data)
         else:
-            raise ValidationError(f"KernelArg.struct: data must be bytes, a numpy array or a "
+            raise ValidationError(f"{op}: data must be bytes, a numpy array or a "
                                   f"ctypes.Structure, got {type(data).__name__}")
+        if not raw:
+            raise ValidationError(f"{op}: data is empty; a by-value struct has at least one byte")
         return cls(_BYTES, None, raw, None, align)
 
     def describe(self) -> str:
@@ -83,7 +94,8 @@ class KernelArg:
         if self.kind == _SCALAR:
             return f"{self.scalar_type.name} scalar"
         if self.kind == _BYTES:
-            return f"{len(self.data)}-byte struct"
+            aligned = "" if self.align is None else f" aligned to {self.align}"
+            return f"{len(self.data)}-byte struct{aligned}"
         return type(self.span).__name__
 
     def __repr__(self) -> str:
@@ -266,9 +278,11 @@ class ParamBlock(PackedParams):
                 self._mv[off:off + p.size] = a.data
                 return None
             else:
-                if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size:
+                if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size or (
+                        a.align is not None and p.kind == BYTES and a.align != p.align):
+                    where = f" aligned to {p.align}" if p.kind == BYTES else ""
                     raise ValidationError(
-                        f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
+                        f"{op}: args[{i}] expects {p.describe()}{where}, got {a.describe()}")
                 off = self.offsets[i]
                 self._mv[off:off + p.size] = a.data
                 return None

@@ -176,8 +176,12 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
     producer is handed our stream.
     """
     if hasattr(x, "__dlpack_device__"):
-        dev_type, dev_id = x.__dlpack_device__()
-        dev_type, dev_id = int(dev_type), int(dev_id)
+        try:
+            dev_type, dev_id = x.__dlpack_device__()
+            dev_type, dev_id = int(dev_type), int(dev_id)
+        except Exception as exc:
+            raise ValidationError(f"{op}: x.__dlpack_device__() of {type(x).__name__} failed: "
+                                  f"{type(exc).__name__}: {exc}") from exc
         if dev_type not in (DL_CUDA, DL_CUDA_MANAGED):
             raise ValidationError(f"{op}: x is on DLPack device_type {dev_type} (host or "
                                   "another kind); the session needs CUDA device memory")
@@ -185,7 +189,11 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
             raise ValidationError(f"{op}: x lives on device {dev_id}, this session is on "
                                   f"device {device}")
     try:
-        capsule = x.__dlpack__(stream=stream, max_version=MAX_VERSION)
-    except TypeError:  # producers before DLPack 1.0 take no max_version
-        capsule = x.__dlpack__(stream=stream)
+        try:
+            capsule = x.__dlpack__(stream=stream, max_version=MAX_VERSION)
+        except TypeError:  # producers before DLPack 1.0 take no max_version
+            capsule = x.__dlpack__(stream=stream)
+    except Exception as exc:  # the producer refused (torch: requires_grad, a conjugate view)
+        raise ValidationError(f"{op}: x.__dlpack__() of {type(x).__name__} refused to export: "
+                              f"{type(exc).__name__}: {exc}") from exc
     return read_capsule(capsule, op, x)

@@ -5,6 +5,7 @@ Every other module asks this table; nothing else spells a dtype.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,12 @@ _F16_MAX = 65504.0
 _BF16_MAX = 3.3895313892515355e38
 
 
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to a readable length (a huge int has hundreds of digits)."""
+    r = repr(value)
+    return r if len(r) <= 40 else f"{r[:20]}...({len(r)} characters)"
+
+
 def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
     """Pack ``value`` into ``t``'s bits, refusing values outside the type.
 
@@ -148,23 +155,43 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
             raise ValidationError(
                 f"{op}: {t.name} needs a real number, got {type(value).__name__} {value!r}"
             )
-        v = float(value)
-        limit = {"f16": _F16_MAX, "bf16": _BF16_MAX, "f32": _F32_MAX}.get(t.name)
-        if limit is not None and abs(v) > limit and v == v and abs(v) != float("inf"):
-            raise ValidationError(f"{op}: {v!r} overflows {t.name} (max {limit!r})")
+        try:
+            v = float(value)
+        except OverflowError:  # an int past float64's range
+            raise ValidationError(f"{op}: {_short(value)} overflows {t.name}") from None
         if t.name == "f16":
-            return np.float16(v).tobytes()
+            with np.errstate(over="ignore"):
+                h = np.float16(v)
+            if np.isinf(h) and not math.isinf(v):  # refuse only what rounds to infinity
+                raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
+                                      f"{_F16_MAX!r})")
+            return h.tobytes()
         if t.name == "bf16":
-            bits = int(np.float32(v).view(np.uint32))
             if v != v:
                 return struct.pack("<H", 0x7FC0)
+            with np.errstate(over="ignore"):
+                bits = int(np.float32(v).view(np.uint32))
             bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
-            return struct.pack("<H", (bits >> 16) & 0xFFFF)
+            half = (bits >> 16) & 0xFFFF
+            if half & 0x7FFF == 0x7F80 and not math.isinf(v):
+                raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
+                                      f"{_BF16_MAX!r})")
+            return struct.pack("<H", half)
+        if t.name == "f32":
+            with np.errstate(over="ignore"):
+                f = np.float32(v)
+            if np.isinf(f) and not math.isinf(v):
+                raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
+                                      f"{_F32_MAX!r})")
+            return f.tobytes()
         return struct.pack(t.fmt, v)
     if t.kind == "complex":
         if not isinstance(value, (int, float, complex, np.number)):
             raise ValidationError(f"{op}: {t.name} needs a number, got {value!r}")
-        c = complex(value)
+        try:
+            c = complex(value)
+        except OverflowError:
+            raise ValidationError(f"{op}: {_short(value)} overflows {t.name}") from None
         if t.name == "c64" and (abs(c.real) > _F32_MAX or abs(c.imag) > _F32_MAX):
             raise ValidationError(f"{op}: {c!r} overflows {t.name}")
         return struct.pack(t.fmt, c.real, c.imag)

@@ -21,6 +21,7 @@ _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
 _MAX_BLOCK = (1024, 1024, 64)
 _DEFAULT_SHARED_LIMIT = 48 * 1024
+_MAX_SHARED_ARG = (1 << 32) - 1  # cuLaunchKernel's sharedMemBytes is an unsigned int
 
 
 def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
@@ -62,8 +63,9 @@ class LaunchConfig:
         if threads > 1024:
             raise ValidationError(f"{op}: block={b} has {threads} threads; at most 1024")
         if not isinstance(shared_mem_bytes, int) or isinstance(shared_mem_bytes, bool) or \
-                shared_mem_bytes < 0:
-            raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int >= 0")
+                not 0 <= shared_mem_bytes <= _MAX_SHARED_ARG:
+            raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int from 0 to "
+                                  f"{_MAX_SHARED_ARG} (the driver takes 32 bits)")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared_mem_bytes", shared_mem_bytes)

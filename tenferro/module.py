@@ -64,6 +64,23 @@ class CompiledCuda:
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
+def _norm_name_expressions(name_expressions: Any, op: str) -> list[str]:
+    if name_expressions is None:
+        return []
+    if isinstance(name_expressions, str):
+        name_expressions = [name_expressions]
+    try:
+        exprs = list(name_expressions)
+    except TypeError:
+        raise ValidationError(f"{op}: {name_expressions=} must be a str or a list of str") \
+            from None
+    for e in exprs:
+        if not isinstance(e, str) or not e or "\0" in e:
+            raise ValidationError(f"{op}: name_expressions={exprs!r}: each must be a non-empty "
+                                  f"str, got {e!r}")
+    return exprs
+
+
 def _norm_options(options: Any, op: str) -> list[str]:
     if options is None:
         return []
@@ -91,28 +108,38 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     op = "compile_cuda"
     if not isinstance(source, str):
         raise ValidationError(f"{op}: source must be str, got {type(source).__name__}")
+    nul = source.find("\0")
+    if nul >= 0:
+        raise ValidationError(f"{op}: source has a NUL character at offset {nul}; NVRTC would "
+                              "compile only what comes before it")
+    try:
+        source_bytes = source.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{op}: source cannot be encoded as UTF-8 at offset {exc.start} "
+                              f"({source[exc.start]!r}: {exc.reason})") from None
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValidationError(f"{op}: {name=} must be a non-empty str (the file name NVRTC "
+                              "reports)")
     if target not in ("cubin", "ptx"):
         raise ValidationError(f"{op}: {target=} must be 'cubin' or 'ptx'")
     m = _ARCH.match(arch) if isinstance(arch, str) else None
     if m is None:
         raise ValidationError(f"{op}: {arch=} must look like 'sm_90' or 'compute_90'")
     opts = _norm_options(options, op)
-    exprs = [name_expressions] if isinstance(name_expressions, str) else list(
-        name_expressions or ())
+    exprs = _norm_name_expressions(name_expressions, op)
     real_arch, virt_arch = f"sm_{m.group(2)}{m.group(3)}", f"compute_{m.group(2)}{m.group(3)}"
     if target == "cubin" and arch.startswith("compute_"):
         raise ValidationError(f"{op}: target='cubin' needs a real architecture (sm_NN), got "
                               f"{arch=}")
     arch_opt = f"-arch={real_arch if target == 'cubin' else virt_arch}"
-    include = _driver.cuda_include_dir()
-    base_opts = [arch_opt, "-std=c++17", *([f"-I{include}"] if include else [])]
+    base_opts = [arch_opt, "-std=c++17", *(f"-I{d}" for d in _driver.cuda_include_dirs())]
     nvrtc_ver = _driver.nvrtc_version()
     key = hashlib.sha256(json.dumps(
         [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version],
     ).encode()).hexdigest()
     path = cache_dir() / f"{key}.tfmod"
     if cache:
-        hit = _read_cache(path)
+        hit = _read_cache(path, key)
         if hit is not None:
             with _stats_lock:
                 _stats["hits"] += 1
@@ -120,11 +147,11 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     with _stats_lock:
         _stats["misses"] += 1
     ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
-        source.encode(), name.encode(), [o.encode() for o in (*base_opts, *opts)],
+        source_bytes, name.encode(), [o.encode() for o in (*base_opts, *opts)],
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
-    entry = {"ptx": ptx.decode(), "log": log, "lowered": lowered,
+    entry = {"key": key, "ptx": ptx.decode(), "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex()}
     if cache:
         _write_cache(path, entry)
@@ -132,18 +159,35 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
 
 
 def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
-    sigs = refine_with_source(parse_ptx(entry["ptx"]), source)
-    return CompiledCuda(bytes.fromhex(entry["image_hex"]), entry["ptx"], target, arch,
-                        entry["log"], dict(entry["lowered"]), sigs, from_cache)
+    sigs = refine_with_source(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False), source)
+    image = entry.get("image")
+    if image is None:
+        image = bytes.fromhex(entry["image_hex"])
+    return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),
+                        sigs, from_cache)
 
 
-def _read_cache(path: Path) -> dict | None:
+def _read_cache(path: Path, key: str) -> dict | None:
+    """The entry at ``path`` if it is whole and was written for ``key``; else None (recompile).
+
+    An entry that does not check (another key, a field of the wrong type, an image that is not
+    hex) is treated as missing, and the compile that follows overwrites it.
+    """
     try:
         with open(path, encoding="utf-8") as f:
             entry = json.load(f)
     except (OSError, ValueError):
         return None  # missing or unreadable: compile again and overwrite
-    if not isinstance(entry, dict) or not {"ptx", "log", "lowered", "image_hex"} <= entry.keys():
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    ptx, log, lowered, image = (entry.get(k) for k in ("ptx", "log", "lowered", "image_hex"))
+    if not (isinstance(ptx, str) and isinstance(log, str) and isinstance(image, str)
+            and isinstance(lowered, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items())):
+        return None
+    try:
+        entry["image"] = bytes.fromhex(image)
+    except ValueError:
         return None
     return entry
 
@@ -166,12 +210,14 @@ _PTX_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 class Module:
     """A loaded PTX or CUBIN image in a session's context; unloaded when the session closes.
 
-    ``signatures`` are the parameter lists tenferro knows (from PTX, refined by CUDA C source).
+    ``signatures`` are the parameter lists tenferro knows (from PTX, refined by CUDA C source);
+    ``compile_log`` is NVRTC's log of a compile that succeeded (its warnings), or "".
     """
 
     __slots__ = (
         "__weakref__",
         "_functions",
+        "compile_log",
         "handle",
         "kind",
         "lowered_names",
@@ -181,8 +227,9 @@ class Module:
 
     def __init__(self, session: Any, image: bytes, kind: str,
                  signatures: dict[str, Signature], lowered_names: dict[str, str] | None = None,
-                 op: str = "session.load_module") -> None:
+                 op: str = "session.load_module", compile_log: str = "") -> None:
         self.session = session
+        self.compile_log = compile_log
         self.kind = kind
         self.signatures = signatures
         self.lowered_names = lowered_names or {}
@@ -217,11 +264,11 @@ class Module:
         """
         op = "module.function"
         self.session._check_use(op)
+        if not isinstance(name, str):
+            raise ValidationError(f"{op}: name must be str, got {type(name).__name__} {name!r}")
         fn = self._functions.get(name)
         if fn is not None:
             return fn
-        if not isinstance(name, str):
-            raise ValidationError(f"{op}: name must be str, got {type(name).__name__}")
         entry = self.lowered_names.get(name, name)
         handle = _driver.module_get_function(self.handle, entry)
         if handle is None:

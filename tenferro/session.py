@@ -625,18 +625,31 @@ class Session:
         r = compile_cuda(source, arch=arch, options=options,
                          name_expressions=name_expressions,
                          _driver_version=_driver.driver_version())
-        return self._add_module(Module(self, r.image, "cubin", r.signatures, r.lowered_names, op))
+        return self._add_module(Module(self, r.image, "cubin", r.signatures, r.lowered_names, op,
+                                       compile_log=r.log))
 
     @_reports_faults
     def load_ptx(self, text: str | bytes) -> Module:
         """Load PTX text; its ``.entry`` parameter lists become the functions' signatures."""
         op = "session.load_ptx"
         self._check_use(op)
-        if isinstance(text, bytes):
-            text = text.decode()
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                text = bytes(text).decode()
+            except UnicodeDecodeError as exc:
+                raise ValidationError(f"{op}: text is not UTF-8 at byte {exc.start}; PTX is "
+                                      "ASCII text") from None
         if not isinstance(text, str):
             raise ValidationError(f"{op}: text must be str or bytes, got {type(text).__name__}")
-        sigs = parse_ptx(text)
+        text = text.rstrip("\0")  # a C string's terminator is fine; an inner NUL is not
+        if "\0" in text:
+            raise ValidationError(f"{op}: text has a NUL character at offset {text.find(chr(0))}; "
+                                  "the driver would load only what comes before it")
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise ValidationError(f"{op}: text cannot be encoded at offset {exc.start}") from None
+        sigs = parse_ptx(text, op)
         image = text.encode() + b"\0"
         return self._add_module(Module(self, image, "ptx", sigs, None, op))
 
@@ -654,8 +667,11 @@ class Session:
         return self._add_module(Module(self, bytes(image), "cubin", {}, None, op))
 
     def _launchable(self, fn: Any, config: Any, args: list | tuple, op: str) -> Function:
-        """The Function to launch, with the session, fn and config checked."""
+        """The Function to launch, with the session, fn, config and args checked."""
         self._check_use(op)
+        if not isinstance(args, (list, tuple)):
+            raise ValidationError(f"{op}: args must be a list or tuple of kernel arguments, got "
+                                  f"{type(args).__name__}")
         if type(fn) is not Function:
             if type(fn) is not NumbaKernel:
                 raise ValidationError(f"{op}: fn must be a Function of this session, got "
@@ -713,6 +729,8 @@ class Session:
             block = fn.block
             prev = block._prev
             if len(args) != len(prev) or not all(map(_is, args, prev)):
+                if not isinstance(args, (list, tuple)):
+                    raise TypeError  # named below, with the refusal of len() of a non-sequence
                 replaced = block._prev_spans
                 block.pack(args, self, "session.launch")
                 if replaced:  # the previous launch may still be running: hold what it used
@@ -726,6 +744,11 @@ class Session:
             self._last.append(fn.name)
         except KernelFault as exc:  # no cost unless raised: a fence query or the launch saw it
             raise self.fault_seen(exc) from None
+        except TypeError:  # no cost unless raised: args that are not a list or tuple
+            if not isinstance(args, (list, tuple)):
+                raise ValidationError(f"session.launch: args must be a list or tuple of kernel "
+                                      f"arguments, got {type(args).__name__}") from None
+            raise
 
     def _launch_checked(self, fn: Any, config: Any, args: list | tuple) -> None:
         """`launch` when anything is new: a function, a config, a capture, another thread."""

@@ -79,7 +79,7 @@ _PTX_64 = {"u64", "s64", "b64"}
 _PTX_FLOAT = {"f32": 4, "f64": 8, "f16": 2}
 
 
-def _ptx_param(m: re.Match[str], entry: str) -> Param:
+def _ptx_param(m: re.Match[str], entry: str, op: str) -> Param:
     align_s, ty, annot, name, count = m.groups()
     if count is not None:  # .b8 name[N]: a by-value aggregate
         elem = _PTX_INT.get(ty) or _PTX_FLOAT.get(ty) or 8
@@ -95,22 +95,29 @@ def _ptx_param(m: re.Match[str], entry: str) -> Param:
     if ty in _PTX_INT:
         size = _PTX_INT[ty]
         return Param(INT, size, int(align_s or size), None, name)
-    raise ValidationError(f"signature.parse_ptx: entry {entry!r} has a parameter of PTX type "
-                          f".{ty} that tenferro does not know")
+    raise ValidationError(f"{op}: entry {entry!r} has a parameter of PTX type .{ty} that "
+                          "tenferro does not know")
 
 
-def parse_ptx(text: str) -> dict[str, Signature]:
+def parse_ptx(text: str, op: str = "signature.parse_ptx", *,
+              require_entry: bool = True) -> dict[str, Signature]:
     """Every ``.entry`` of a PTX text, by name, with its typed parameters in order.
 
-    Refuses (`ValidationError`) a parameter type it does not know, rather than guessing.
+    Refuses (`ValidationError`, naming ``op``) a parameter type it does not know, rather than
+    guessing, and a text with no ``.entry`` unless ``require_entry`` is False (a compiled
+    source may hold only device functions).
     """
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     out: dict[str, Signature] = {}
     for m in _ENTRY.finditer(text):
         name, body = m.group(1), m.group(2)
-        params = tuple(_ptx_param(p, name) for p in _PARAM.finditer(body))
+        params = tuple(_ptx_param(p, name, op) for p in _PARAM.finditer(body))
         out[name] = Signature(name, params, "ptx")
+    if not out and require_entry:
+        start = text.lstrip()[:40]
+        raise ValidationError(f"{op}: the text has no .entry (no kernel to launch); PTX "
+                              f"starts with directives such as .version, this starts {start!r}")
     return out
 
 

@@ -143,9 +143,37 @@ def test_struct_args_checked_by_size():
 
     b.pack([tf.KernelArg.struct(P(1.5, 2, 3.25)), _mut(8)], None, "session.launch")
     assert _read(b, 0, "<f") == 1.5
-    with pytest.raises(tf.ValidationError, match=r"args\[0\] expects 16-byte struct, got "
-                                                 r"8-byte struct"):
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] expects 16-byte "
+                                                 r"struct aligned to 8, got 8-byte struct$"):
         b.pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
+    # An alignment, when given, must be the parameter's: 8 is, 4 and 16 are not.
+    b.pack([tf.KernelArg.struct(P(2.5, 2, 3.25), align=8), _mut(8)], None, "session.launch")
+    assert _read(b, 0, "<f") == 2.5
+    for wrong in (4, 16):
+        with pytest.raises(tf.ValidationError, match=rf"session\.launch: args\[0\] expects 16-"
+                                                     rf"byte struct aligned to 8, got 16-byte "
+                                                     rf"struct aligned to {wrong}$"):
+            b.pack([tf.KernelArg.struct(P(9.0, 2, 3.25), align=wrong), _mut(8)], None,
+                   "session.launch")
+    assert _read(b, 0, "<f") == 2.5  # the refused structs wrote nothing
+
+
+@pytest.mark.parametrize("align", [0, -1, 3, 512, 2.0, True])
+def test_struct_alignment_must_be_a_power_of_two(align):
+    with pytest.raises(tf.ValidationError,
+                       match=rf"KernelArg\.struct: align={align!r} must be None or a power of "
+                             r"two from 1 to 256"):
+        tf.KernelArg.struct(b"\0" * 4, align=align)
+    assert tf.KernelArg.struct(b"\0" * 4, align=256).align == 256  # the last accepted
+    assert tf.KernelArg.struct(b"\0", align=1).align == 1
+
+
+def test_empty_struct_is_refused():
+    with pytest.raises(tf.ValidationError, match=r"KernelArg\.struct: data is empty"):
+        tf.KernelArg.struct(b"")
+    with pytest.raises(tf.ValidationError, match=r"KernelArg\.struct: data is empty"):
+        tf.KernelArg.struct(np.zeros(0, np.float32))
+    assert tf.KernelArg.struct(b"\x01").data == b"\x01"  # one byte is a struct
 
 
 def test_kernelarg_factories_refuse_bad_input():
@@ -177,3 +205,34 @@ def test_repeated_arguments_skip_rechecks_but_any_change_is_checked():
     assert _read(b, 2, "<f") == 3.0
     with pytest.raises(tf.ValidationError, match=r"args\[0\] \(TensorMut\) and args\[1\]"):
         b.pack([y, _ref(0x1000), *args[2:]], None, "session.launch")
+
+
+@pytest.mark.parametrize(("make", "accepted", "refused"), [
+    # The largest value that rounds to the type's maximum, and the first that rounds past it.
+    (tf.f16, 65519.0, 65520.0),
+    (tf.f16, -65519.0, -65520.0),
+    (tf.f32, float(np.nextafter(2.0**128 - 2.0**103, 0)), 2.0**128 - 2.0**103),
+    (tf.bf16, 2.0**128 - 2.0**119 - 2.0**104, 2.0**128 - 2.0**119),
+])
+def test_floats_are_refused_only_where_they_round_to_infinity(make, accepted, refused):
+    bits = make(accepted).data
+    maxima = {"f16": np.finfo(np.float16).max, "f32": np.finfo(np.float32).max}
+    if make.__name__ in maxima:
+        got = np.frombuffer(bits, dtype={"f16": np.float16, "f32": np.float32}[make.__name__])[0]
+        assert abs(float(got)) == float(maxima[make.__name__])
+    else:
+        assert bits == b"\x7f\x7f"  # bf16's largest finite value, 0x7F7F
+    with pytest.raises(tf.ValidationError, match=rf"tf\.{make.__name__}: .* overflows "
+                                                 rf"{make.__name__} \(it rounds past "):
+        make(refused)
+
+
+@pytest.mark.parametrize(("make", "value"), [
+    (tf.f32, 2**1024), (tf.f64, 10**400), (tf.f16, -(10**400)), (tf.bf16, 2**2000),
+])
+def test_ints_past_float64_are_refused_not_overflowerror(make, value):
+    with pytest.raises(tf.ValidationError,
+                       match=rf"tf\.{make.__name__}: -?\d{{19,20}}\.\.\.\(\d+ characters\) "
+                             rf"overflows {make.__name__}$"):
+        make(value)
+    assert make(float(np.finfo(np.float16).max)).data  # an ordinary value still packs

@@ -91,3 +91,30 @@ def test_torch_tensors_zero_copy_on_a_torch_stream(session, rng):
                                       a.T)
         half = torch.ones(8, dtype=torch.bfloat16, device="cuda")
         assert session.tensor(half).scalar_type.name == "bf16"
+
+
+class _Refuses:
+    """A producer whose DLPack export refuses, as torch does for a tensor that requires grad."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None, max_version=None):
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+
+
+class _BadDevice:
+    def __dlpack_device__(self):
+        return ("cuda",)
+
+    def __dlpack__(self, stream=None, max_version=None):  # pragma: no cover - never asked
+        raise AssertionError("asked for a capsule after a bad __dlpack_device__")
+
+
+def test_a_producer_refusing_dlpack_is_named():
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack__\(\) of _Refuses "
+                                                 r"refused to export: BufferError: Can't export"):
+        dlpack.read_dlpack(_Refuses(), 1, 0, "session.tensor")
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack_device__\(\) of "
+                                                 r"_BadDevice failed: ValueError"):
+        dlpack.read_dlpack(_BadDevice(), 1, 0, "session.tensor")

@@ -78,3 +78,19 @@ def test_entry_points_refuse_bad_input(session):
     for call, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda k: k.fill(None, None, 1.0), lambda k: k.axpy("s", None, None, 2.0),
+    lambda k: k.cast(None, None, None), lambda k: k.elementwise(None, "a", None),
+    lambda k: k.sum(None, None), lambda k: k.max(None, None), lambda k: k.softmax(None, None, None),
+    lambda k: k.transpose(None, None, None), lambda k: k.cumsum(None, None, None),
+    lambda k: k.matmul(None, None, None, None),
+])
+def test_ready_kernels_refuse_a_first_argument_that_is_not_a_session(call):
+    import tenferro.kernels as k
+
+    with pytest.raises(tf.ValidationError, match=r"kernels\.\w+: s must be a tf\.Session \(the "
+                                                 r"first argument of every ready kernel\), got "
+                                                 r"(NoneType|str)"):
+        call(k)

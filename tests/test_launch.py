@@ -18,13 +18,22 @@ def test_flat_covers_threads():
     (1, (1, 1, 65), 0, r"LaunchConfig: block=.*per-dimension limit"),
     ((1, 65536), 32, 0, r"LaunchConfig: grid=\(1, 65536, 1\) exceeds"),
     (1 << 31, 32, 0, r"LaunchConfig: grid=.*exceeds"),
-    (1, 32, -1, r"LaunchConfig: shared_mem_bytes=-1"),
+    (1, 32, -1, r"LaunchConfig: shared_mem_bytes=-1 must be an int from 0 to 4294967295"),
+    (1, 32, 1 << 32, r"LaunchConfig: shared_mem_bytes=4294967296 must be an int from 0 to "),
+    (1, 32, 1 << 64, r"LaunchConfig: shared_mem_bytes=18446744073709551616 must be"),
     (1.0, 32, 0, r"LaunchConfig: grid=1.0 must be an int"),
     ((1, 2, 3, 4), 32, 0, r"LaunchConfig: grid=\(1, 2, 3, 4\) must be"),
 ])
 def test_geometry_refusals(grid, block, smem, pattern):
     with pytest.raises(tf.ValidationError, match=pattern):
         tf.LaunchConfig(grid, block, smem)
+
+
+def test_shared_memory_limits_of_the_config_itself():
+    # The largest the driver's 32-bit field holds is a valid config; the device check at launch
+    # decides whether a function may have it.
+    assert tf.LaunchConfig(1, 32, (1 << 32) - 1).shared_mem_bytes == (1 << 32) - 1
+    assert tf.LaunchConfig(1, 32, 0).shared_mem_bytes == 0
 
 
 def test_flat_refuses_zero_threads():
@@ -100,3 +109,29 @@ def test_refused_bound_launch_update_changes_nothing(session, rng):
     np.testing.assert_allclose(session.download(ty),
                                2.0 * session.download(other).astype(np.float64) + before,
                                rtol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("args", [5, None, "abc", {0: 1}], ids=repr)
+def test_launch_refuses_args_that_are_not_a_list(session, rng, args):
+    fn, x, y, tx, ty = _axpy(session, rng)
+    cfg = tf.LaunchConfig.flat(x.size, 128)
+    good = [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0), tf.u32(x.size)]
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args must be a list or tuple "
+                                                 r"of kernel arguments, got "):
+        session.launch(fn, cfg, args)
+    session.launch(fn, cfg, good)  # arms the fast path for cfg
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args must be a list or tuple"):
+        session.launch(fn, cfg, args)
+    session.launch(fn, cfg, tuple(good))  # a tuple is a list of arguments too
+    np.testing.assert_allclose(session.download(ty), 4.0 * x.astype(np.float64) + y, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_torch_tensor_that_requires_grad_is_refused_by_name(session):
+    torch = pytest.importorskip("torch")
+    w = torch.ones(8, device="cuda", requires_grad=True)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack__\(\) of Tensor "
+                                                 r"refused to export: \w+Error: "):
+        session.tensor(w)
+    assert session.tensor(w.detach()).ptr == w.data_ptr()

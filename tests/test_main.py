@@ -20,3 +20,12 @@ def test_demo_runs_and_passes():
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "demo: all checks passed" in r.stdout and "refused as it should be" in r.stdout
+
+
+@pytest.mark.parametrize(("value", "why"), [("-1", "-1 is negative; device ordinals start at 0"),
+                                            ("x", "'x' is not an int")])
+def test_demo_refuses_a_bad_device_without_a_traceback(value, why):
+    r = subprocess.run([sys.executable, "-m", "tenferro", "demo", "--device", value],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and f"argument --device: {why}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

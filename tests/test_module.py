@@ -65,6 +65,12 @@ def test_name_expressions_are_lowered():
     ({"arch": "compute_90"}, r"compile_cuda: target='cubin' needs a real architecture"),
     ({"options": ["-arch=sm_80"]}, r"compile_cuda: options=.*give the architecture as arch="),
     ({"options": [3]}, r"compile_cuda: options must be strings"),
+    ({"name_expressions": [5]}, r"compile_cuda: name_expressions=\[5\]: each must be a "
+                                r"non-empty str, got 5"),
+    ({"name_expressions": 5}, r"compile_cuda: name_expressions=5 must be a str or a list"),
+    ({"name_expressions": [""]}, r"compile_cuda: name_expressions=\[''\]: each must be"),
+    ({"name": 5}, r"compile_cuda: name=5 must be a non-empty str"),
+    ({"name": ""}, r"compile_cuda: name='' must be a non-empty str"),
 ])
 def test_compile_refusals(kwargs, pattern):
     with pytest.raises(tf.ValidationError, match=pattern):
@@ -74,6 +80,78 @@ def test_compile_refusals(kwargs, pattern):
 def test_source_must_be_str():
     with pytest.raises(tf.ValidationError, match=r"compile_cuda: source must be str"):
         tf.compile_cuda(b"bytes")
+
+
+def test_source_nul_and_unencodable_characters_are_refused():
+    cut = SRC + "\0" + "extern \"C\" __global__ void lost(float* y) { y[0] = 1; }"
+    with pytest.raises(tf.ValidationError, match=rf"compile_cuda: source has a NUL character at "
+                                                 rf"offset {len(SRC)}; NVRTC would compile only"):
+        tf.compile_cuda(cut)
+    with pytest.raises(tf.ValidationError, match=r"compile_cuda: source cannot be encoded as "
+                                                 r"UTF-8 at offset 3 \('\\ud800'"):
+        tf.compile_cuda("// \ud800\n" + SRC)
+    # Non-ASCII text that does encode (a comment in another script) compiles.
+    assert "scale" in tf.compile_cuda("// é ü 中\n" + SRC).signatures
+
+
+def test_cccl_headers_compile():
+    src = r"""#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cuda/std/complex>
+namespace cg = cooperative_groups;
+extern "C" __global__ void warp_sum(float* out, const float* x) {
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    cuda::std::complex<float> z(x[threadIdx.x], 0.0f);
+    float s = cg::reduce(warp, z.real(), cg::plus<float>());
+    if (warp.thread_rank() == 0) out[0] = s;
+}"""
+    r = tf.compile_cuda(src, arch="sm_90")
+    assert [p.kind for p in r.signatures["warp_sum"].params] == ["ptr", "ptr"]
+
+
+def test_successful_compile_keeps_its_warnings(tmp_path, monkeypatch):
+    warned = tf.compile_cuda("#warning tenferro-test-warning\n" + SRC)
+    assert "tenferro-test-warning" in warned.log and not warned.from_cache
+    cached = tf.compile_cuda("#warning tenferro-test-warning\n" + SRC)
+    assert cached.from_cache and "tenferro-test-warning" in cached.log
+    assert "warning" not in tf.compile_cuda(SRC).log
+
+
+@pytest.mark.parametrize("damage", [
+    lambda e: {**e, "image_hex": "zz" + e["image_hex"][2:]},   # not hex
+    lambda e: {**e, "ptx": 5},                                 # a field of the wrong type
+    lambda e: {**e, "lowered": {"a": 1}},
+    lambda e: {k: v for k, v in e.items() if k != "key"},      # no key
+    lambda e: {**e, "key": "0" * 64},                          # another key
+])
+def test_cache_entries_that_do_not_check_are_recompiled_and_overwritten(tmp_path, monkeypatch,
+                                                                       damage):
+    import json
+
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c4"))
+    good = tf.compile_cuda(SRC)
+    (path,) = (tmp_path / "c4").glob("*.tfmod")
+    path.write_text(json.dumps(damage(json.loads(path.read_text()))))
+    again = tf.compile_cuda(SRC)
+    assert not again.from_cache and again.image == good.image
+    third = tf.compile_cuda(SRC)  # the recompile overwrote the bad entry
+    assert third.from_cache and third.image == good.image
+
+
+def test_cache_entry_of_another_source_is_not_loaded(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c5"))
+    other = SRC.replace("scale", "other")
+    tf.compile_cuda(SRC)
+    tf.compile_cuda(other)
+    a, b = sorted((tmp_path / "c5").glob("*.tfmod"))
+    b.write_text(a.read_text())  # b's file now holds a's entry (with a's key)
+    for src in (SRC, other):
+        r = tf.compile_cuda(src)
+        name = "scale" if src is SRC else "other"
+        assert list(r.signatures) == [name], (r.from_cache, list(r.signatures))
+    assert json.loads(b.read_text())["key"] == b.stem
 
 
 SCALE = r'''
@@ -145,3 +223,25 @@ def test_nvrtc_writes_only_into_fresh_writable_buffers(monkeypatch):
     assert sorted(seen) == [("nvrtcGetCUBIN", bytearray), ("nvrtcGetPTX", bytearray),
                             ("nvrtcGetProgramLog", bytearray)]
     assert " ".join(["a", "b"]) == "a b"
+
+
+@pytest.mark.gpu
+def test_module_function_refuses_a_name_that_is_not_a_str(session):
+    m = session.compile(SRC)
+    for bad in (["scale"], 3, None):
+        with pytest.raises(tf.ValidationError, match=rf"module\.function: name must be str, got "
+                                                     rf"{type(bad).__name__} "):
+            m.function(bad)
+    assert m.function("scale").name == "scale"
+
+
+@pytest.mark.gpu
+def test_session_compile_keeps_the_log_on_the_module(session):
+    m = session.compile("#warning tenferro-module-warning\n" + SRC)
+    assert "tenferro-module-warning" in m.compile_log
+    assert session.compile(SRC).compile_log == ""
+    with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: text has a NUL character at "
+                                                 r"offset 3"):
+        session.load_ptx("abc\0def")
+    with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: the text has no \.entry"):
+        session.load_ptx(SRC)

@@ -67,3 +67,17 @@ def test_parse_hand_written_ptx_with_ptr_annotation_and_arrays():
 def test_unknown_ptx_type_is_refused_not_guessed():
     with pytest.raises(tf.ValidationError, match=r"parse_ptx.*\.pred"):
         parse_ptx(".visible .entry k(.param .pred k_param_0) { ret; }")
+
+
+def test_ptx_without_an_entry_is_refused_naming_the_caller():
+    with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: the text has no \.entry "
+                                                 r"\(no kernel to launch\).* this starts "
+                                                 r"'extern \"C\" __global__"):
+        parse_ptx('extern "C" __global__ void k() {}', "session.load_ptx")
+    with pytest.raises(tf.ValidationError, match=r"signature\.parse_ptx: the text has no \.entry"):
+        parse_ptx(".version 8.0\n.target sm_90\n.address_size 64\n")
+    # A source of device functions only compiles: compile_cuda asks for no entry.
+    assert parse_ptx(".version 8.0\n.target sm_90\n", require_entry=False) == {}
+    with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: entry 'k' has a parameter "
+                                                 r"of PTX type \.pred"):
+        parse_ptx(".visible .entry k(.param .pred k_param_0) { ret; }", "session.load_ptx")

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from tenferro import LaunchConfig, Module, ValidationError, dtypes
+from tenferro import LaunchConfig, Module, Session, ValidationError, dtypes
 
-__all__ = ["C_TYPES", "function", "grid_stride", "spans_1d", "type_of"]
+__all__ = ["C_TYPES", "check_session", "function", "grid_stride", "spans_1d", "type_of"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,6 +31,13 @@ def _source(name: str) -> str:
     with open(os.path.join(_HERE, name), encoding="utf-8") as f:
         text = f.read()
     return _INCLUDE.sub(lambda m: _source(m.group(1)), text)
+
+
+def check_session(s: Any, op: str) -> None:
+    """Refuse a first argument that is not a tf.Session (the entry points take it first)."""
+    if not isinstance(s, Session):
+        raise ValidationError(f"{op}: s must be a tf.Session (the first argument of every ready "
+                              f"kernel), got {type(s).__name__}")
 
 
 def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),

@@ -6,7 +6,7 @@ from typing import Any
 
 from tenferro import LaunchConfig, ValidationError, u32
 
-from ._build import function
+from ._build import check_session, function
 from .rows import transpose
 
 __all__ = ["matmul"]
@@ -41,6 +41,7 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     ldmatrix) elsewhere, else through a simpler one that takes any shape.
     """
     op = "kernels.matmul"
+    check_session(s, op)
     om, ar, br = s.tensor_mut(out), s.tensor(a), s.tensor(b)
     if ar.ndim != 2 or br.ndim != 2 or ar.shape[1] != br.shape[0]:
         raise ValidationError(f"{op}: a{ar.shape} @ b{br.shape} needs a (M, K) and b (K, N)")

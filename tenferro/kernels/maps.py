@@ -7,7 +7,7 @@ from typing import Any
 
 from tenferro import CompileError, ValidationError, u64
 
-from ._build import C_TYPES, function, grid_stride, scalar_for, spans_1d
+from ._build import C_TYPES, check_session, function, grid_stride, scalar_for, spans_1d
 
 __all__ = ["axpy", "cast", "elementwise", "fill"]
 
@@ -24,6 +24,7 @@ _EXPRS = tuple(f"fill<{C_TYPES[t]}>" for t in _FILL_TYPES) + tuple(
 def fill(s: Any, y: Any, value: Any) -> None:
     """Set every element of ``y`` to ``value`` (range-checked into y's dtype)."""
     op = "kernels.fill"
+    check_session(s, op)
     ym = s.tensor_mut(y)
     t = ym.scalar_type
     if t.name not in _FILL_TYPES:
@@ -36,6 +37,7 @@ def fill(s: Any, y: Any, value: Any) -> None:
 def cast(s: Any, out: Any, x: Any) -> None:
     """``out[i] = x[i]`` converted to out's dtype (round to nearest even, as numpy's astype)."""
     op = "kernels.cast"
+    check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
     spans_1d(op, om, xr, same_dtype=False)
     pair = (om.scalar_type.name, xr.scalar_type.name)
@@ -51,6 +53,7 @@ def cast(s: Any, out: Any, x: Any) -> None:
 def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
     """``y = a * x + y`` elementwise; y and x of one dtype (f32 or f64) and one size."""
     op = "kernels.axpy"
+    check_session(s, op)
     ym, xr = s.tensor_mut(y), s.tensor(x)
     spans_1d(op, ym, xr)
     t = ym.scalar_type
@@ -80,6 +83,7 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
     log.
     """
     op = "kernels.elementwise"
+    check_session(s, op)
     if not isinstance(expr, str) or not expr.strip():
         raise ValidationError(f"{op}: expr must be a non-empty str, got {expr!r}")
     om = s.tensor_mut(out)

@@ -6,7 +6,7 @@ from typing import Any
 
 from tenferro import ValidationError, u64
 
-from ._build import C_TYPES, function, grid_stride
+from ._build import C_TYPES, check_session, function, grid_stride
 
 __all__ = ["max", "sum"]
 
@@ -16,6 +16,7 @@ _EXPRS = tuple(f"reduce_{k}<{C_TYPES[t]}>" for k in ("sum", "max") for t in _TYP
 
 
 def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
+    check_session(s, op)
     xr = s.tensor(x)
     t = xr.scalar_type
     if t.name not in _TYPES:

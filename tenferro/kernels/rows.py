@@ -8,7 +8,7 @@ import numpy as np
 
 from tenferro import LaunchConfig, ValidationError, u32, u64
 
-from ._build import C_TYPES, function
+from ._build import C_TYPES, check_session, function
 
 __all__ = ["cumsum", "softmax", "transpose"]
 
@@ -103,6 +103,7 @@ def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
 def softmax(s: Any, out: Any, x: Any) -> None:
     """``out = exp(x - max) / sum(exp(x - max))`` along each row of a 2-D f32 ``x``."""
     op = "kernels.softmax"
+    check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
     rows, cols = _two_d(xr, op, "x")
     if om.shape != xr.shape or om.scalar_type is not xr.scalar_type:
@@ -138,6 +139,7 @@ def softmax(s: Any, out: Any, x: Any) -> None:
 def transpose(s: Any, out: Any, x: Any) -> None:
     """``out = x.T`` for a 2-D ``x`` (f32, f64, i32, f16 or bf16) through shared-memory tiles."""
     op = "kernels.transpose"
+    check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
     rows, cols = _two_d(xr, op, "x")
     if om.shape != (cols, rows) or om.scalar_type is not xr.scalar_type:
@@ -166,6 +168,7 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
     i32 wraps on overflow, as in C.
     """
     op = "kernels.cumsum"
+    check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
     if xr.ndim != 1 or om.shape != xr.shape or om.scalar_type is not xr.scalar_type:
         raise ValidationError(f"{op}: x must be 1-D and out of its shape and dtype; got x "
