@@ -130,7 +130,7 @@ class PrimaryContext:
         self.name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self._dev))
         self.name = self.name.split(b"\0", 1)[0].decode()
         self._attrs: dict[str, int] = {}
-        self._configure_mempool()
+        self.pool = _create_pool(ordinal)
 
     @classmethod
     def get(cls, ordinal: int, op: str = "session") -> PrimaryContext:
@@ -165,13 +165,6 @@ class PrimaryContext:
         return (self.attribute("COMPUTE_CAPABILITY_MAJOR"),
                 self.attribute("COMPUTE_CAPABILITY_MINOR"))
 
-    def _configure_mempool(self) -> None:
-        # Keep freed stream-ordered memory in the pool instead of returning it to the OS at every
-        # synchronize: allocation then costs microseconds, as in torch's caching allocator.
-        pool = _check("cuDeviceGetDefaultMemPool", _cu.cuDeviceGetDefaultMemPool(self._dev))
-        threshold = _cu.cuuint64_t(0xFFFFFFFFFFFFFFFF)
-        _check("cuMemPoolSetAttribute", _cu.cuMemPoolSetAttribute(
-            pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
 
     def make_current(self) -> int:
         """Make this context current on the calling thread; return the previous one."""
@@ -188,6 +181,63 @@ class PrimaryContext:
     def pop() -> None:
         """Pop the context pushed by `push`."""
         _check("cuCtxPopCurrent", _cu.cuCtxPopCurrent())
+
+
+def _create_pool(ordinal: int) -> Any:
+    """Tenferro's own stream-ordered memory pool on device ``ordinal``.
+
+    Its own, so the device's default pool (which torch, CuPy and numba may use) keeps its
+    settings. Freed memory stays in it between synchronizes (allocation then costs
+    microseconds, as in torch's caching allocator) until `mem_pool_trim` gives it back; sessions
+    trim it when they close.
+    """
+    props = _cu.CUmemPoolProps()
+    props.allocType = _cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    props.handleTypes = _cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+    props.location.type = _cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    props.location.id = ordinal
+    pool = _check("cuMemPoolCreate", _cu.cuMemPoolCreate(props))
+    threshold = _cu.cuuint64_t(0xFFFFFFFFFFFFFFFF)
+    _check("cuMemPoolSetAttribute", _cu.cuMemPoolSetAttribute(
+        pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
+    return pool
+
+
+_POOL_STATS = {
+    "reserved_bytes": "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT",
+    "reserved_bytes_high": "CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH",
+    "used_bytes": "CU_MEMPOOL_ATTR_USED_MEM_CURRENT",
+    "used_bytes_high": "CU_MEMPOOL_ATTR_USED_MEM_HIGH",
+}
+
+
+def mem_pool_stats(pool: Any) -> dict[str, int]:
+    """Bytes the pool holds from the device (reserved) and hands out (used), now and at peak."""
+    out = {}
+    for key, attr in _POOL_STATS.items():
+        v = _check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
+            pool, getattr(_cu.CUmemPool_attribute, attr)))
+        out[key] = int(v)
+    return out
+
+
+def mem_get_info() -> tuple[int, int]:
+    """(free, total) bytes of the current context's device."""
+    free, total = _check("cuMemGetInfo", _cu.cuMemGetInfo())
+    return int(free), int(total)
+
+
+def default_pool_release_threshold(ordinal: int) -> int:
+    """The release threshold of device ``ordinal``'s default pool (other libraries use it)."""
+    dev = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+    pool = _check("cuDeviceGetDefaultMemPool", _cu.cuDeviceGetDefaultMemPool(dev))
+    return int(_check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
+        pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
+
+
+def mem_pool_trim(pool: Any, keep_bytes: int, op: str) -> None:
+    """Give the device back the pool's unused memory, keeping at least ``keep_bytes``."""
+    _check(op, _cu.cuMemPoolTrimTo(pool, keep_bytes))
 
 
 def set_current(handle: int) -> None:
@@ -268,9 +318,10 @@ def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") ->
 # --- memory -----------------------------------------------------------------------------------
 
 
-def mem_alloc_async(nbytes: int, stream: int, op: str) -> int:
-    """Stream-ordered allocation of ``nbytes`` (at least 1) on ``stream``."""
-    return int(_check(op, _cu.cuMemAllocAsync(max(nbytes, 1), _cu.CUstream(stream))))
+def mem_alloc_async(nbytes: int, stream: int, pool: Any, op: str) -> int:
+    """Stream-ordered allocation of ``nbytes`` (at least 1) from ``pool`` on ``stream``."""
+    return int(_check(op, _cu.cuMemAllocFromPoolAsync(max(nbytes, 1), pool,
+                                                      _cu.CUstream(stream))))
 
 
 def mem_free_async(ptr: int, stream: int) -> None:

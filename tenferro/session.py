@@ -30,7 +30,7 @@ from .signature import parse_ptx
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 from .tensor import Tensor
 
-__all__ = ["FENCE_EVERY", "Session", "from_dlpack"]
+__all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session", "from_dlpack"]
 
 _local = threading.local()  # .open: this thread's open sessions, innermost last
 
@@ -45,6 +45,7 @@ _get_ident = threading.get_ident
 _is = operator.is_
 _ADDRESS_END = 1 << 64
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
+FENCE_BYTES = 256 << 20  # bytes allocated between fences: bounds the memory held owners pin
 
 
 def _cupy_negative_strides(x: Any) -> bool:
@@ -133,6 +134,7 @@ class Session:
         self._capturing = False
         self._deferred_frees: list[int] = []
         self._fence_every = FENCE_EVERY
+        self._allocated_since_fence = 0
         self._caches: list = []  # argument caches of Functions and NumbaKernels, see synchronize
         self._resources = ResourceCache()
 
@@ -218,6 +220,8 @@ class Session:
         try:
             if self._external_stream is None:
                 _driver.stream_destroy(self._stream)
+            # What the session freed goes back to the device; Tensors still held stay.
+            _driver.mem_pool_trim(self.context.pool, 0, "session.__exit__")
         except Exception:  # a context poisoned by a fault refuses; the process must restart
             if not self._faulted:
                 raise
@@ -310,7 +314,31 @@ class Session:
         self._check_use(op)
         self._refuse_in_capture(op, "the memory would belong to the graph; allocate before "
                                 "the capture")
-        return Tensor._allocate(self, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
+        t = Tensor._allocate(self, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
+        self._allocated_since_fence += t.nbytes
+        if self._allocated_since_fence >= FENCE_BYTES:  # let owners the GPU has passed go
+            self._allocated_since_fence = 0
+            self._fence()
+        return t
+
+    @_reports_faults
+    def memory_stats(self) -> dict[str, int]:
+        """Bytes of tenferro's memory pool on this device: reserved from the device and used.
+
+        ``reserved_bytes`` / ``used_bytes`` now, ``*_high`` their peaks. Freed Tensors stay
+        reserved for reuse until `trim_memory` or the end of the session.
+        """
+        self._check_use("session.memory_stats")
+        return _driver.mem_pool_stats(self.context.pool)
+
+    @_reports_faults
+    def trim_memory(self, keep_bytes: int = 0) -> None:
+        """Give the device back what the pool holds unused, keeping at least ``keep_bytes``."""
+        op = "session.trim_memory"
+        self._check_use(op)
+        if not _is_int(keep_bytes) or not 0 <= keep_bytes < _ADDRESS_END:
+            raise ValidationError(f"{op}: {keep_bytes=} must be an int >= 0")
+        _driver.mem_pool_trim(self.context.pool, int(keep_bytes), op)
 
     @_reports_faults
     def alloc_output(self, shape: Any, dtype: Any) -> Tensor:

@@ -58,7 +58,8 @@ class Tensor:
         self.scalar_type = t
         self.strides = c_strides(shape, t.itemsize)
         self.nbytes = n * t.itemsize
-        self.ptr = _driver.mem_alloc_async(self.nbytes, session._stream, op)
+        self.ptr = _driver.mem_alloc_async(self.nbytes, session._stream, session.context.pool,
+                                           op)
         return self
 
     def __del__(self) -> None:

@@ -103,3 +103,58 @@ def test_zero_size_tensor_exports_a_null_cai_pointer(session):
     assert cai["data"] == (0, False) and cai["shape"] == (0, 3)
     one = session.alloc_zeros((1,), np.float32)  # the first non-empty size has its pointer
     assert one.__cuda_array_interface__["data"] == (one.ptr, False) and one.ptr != 0
+
+
+@pytest.mark.gpu
+def test_memory_is_given_back_and_the_default_pool_left_alone(device):
+    from tenferro import _driver
+
+    with tf.Session(device) as s:
+        s.synchronize()
+        before_free, _ = _driver.mem_get_info()
+        threshold = _driver.default_pool_release_threshold(device)
+        for i in range(5000):
+            t = s.alloc_output((1 << 16) + 64 * (i % 97), np.float32)  # sizes vary: no reuse
+            del t
+        s.synchronize()
+        assert s.memory_stats()["reserved_bytes"] > 0
+    with tf.Session(device) as s:  # the first session trimmed at its end
+        assert s.memory_stats()["reserved_bytes"] <= 64 << 20
+        after_free, _ = _driver.mem_get_info()
+    assert after_free >= before_free - (64 << 20)
+    assert _driver.default_pool_release_threshold(device) == threshold
+
+
+@pytest.mark.gpu
+def test_trim_memory_on_request(session):
+    big = session.alloc_output((64 << 20) // 4, np.float32)
+    del big
+    session.synchronize()
+    stats = session.memory_stats()
+    assert stats["reserved_bytes"] >= 64 << 20 and stats["used_bytes_high"] >= 64 << 20
+    session.trim_memory(keep_bytes=0)  # the last value accepted
+    assert session.memory_stats()["reserved_bytes"] < 64 << 20
+    for bad in (-1, 1.5, "0", True):
+        with pytest.raises(tf.ValidationError, match=r"session\.trim_memory: keep_bytes="):
+            session.trim_memory(keep_bytes=bad)
+
+
+@pytest.mark.gpu
+def test_large_allocations_fence_so_dropped_owners_go_before_a_synchronize(session):
+    import weakref
+
+    from tenferro import kernels
+    from tenferro import session as session_module
+
+    n = session_module.FENCE_BYTES // 4 // 2  # two of these fill one fence's byte budget
+    refs = []
+    for _ in range(2):
+        t = session.alloc_output((n,), np.float32)
+        kernels.fill(session, t, 1.0)
+        refs.append(weakref.ref(t))
+        del t
+    done = session.record_event()
+    done.synchronize()  # the GPU has passed both fills; no session.synchronize
+    keep = [session.alloc_output((n,), np.float32) for _ in range(2)]  # crosses the budget
+    assert refs[0]() is None, "an owner the GPU has passed must go at the next byte fence"
+    del keep
