@@ -22,6 +22,7 @@ __all__ = ["DL_CUDA", "DL_CUDA_MANAGED", "MAX_VERSION", "read_capsule", "read_dl
 
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
 MAX_VERSION = (1, 1)
+MAX_NDIM = 64  # numpy's limit; a larger ndim is a malformed capsule, not an array to read
 FLAG_READ_ONLY = 1
 
 _LEGACY, _LEGACY_USED = b"dltensor", b"used_dltensor"
@@ -151,8 +152,8 @@ def read_capsule(capsule: Any, op: str, producer: Any = None) -> Foreign:
     if dev_id < 0:
         raise ValidationError(f"{op}: DLPack device_id={dev_id} is negative")
     st = dtypes.from_dlpack(code, bits, lanes, op)
-    if ndim < 0:
-        raise ValidationError(f"{op}: DLPack ndim={ndim} is negative")
+    if not 0 <= ndim <= MAX_NDIM:
+        raise ValidationError(f"{op}: DLPack ndim={ndim} must be from 0 to {MAX_NDIM}")
     if ndim and not shape_p:
         raise ValidationError(f"{op}: DLPack shape is NULL for ndim={ndim}")
     shape = struct.unpack(f"<{ndim}q", ctypes.string_at(shape_p, 8 * ndim)) if ndim else ()

@@ -1,8 +1,12 @@
 import ctypes
+import math
+import re
 import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tenferro as tf
 from tenferro.args import ParamBlock
@@ -236,3 +240,62 @@ def test_ints_past_float64_are_refused_not_overflowerror(make, value):
                              rf"overflows {make.__name__}$"):
         make(value)
     assert make(float(np.finfo(np.float16).max)).data  # an ordinary value still packs
+
+
+# --- the scalar factories on any input: the value's exact bits, or a named refusal ------------
+
+_INT_RANGES = {"u8": (0, 255), "u16": (0, 65535), "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1),
+               "i8": (-128, 127), "i16": (-(2**15), 2**15 - 1), "i32": (-(2**31), 2**31 - 1),
+               "i64": (-(2**63), 2**63 - 1)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(_INT_RANGES)), st.integers(-(2**70), 2**70) | st.integers(-300, 300))
+def test_int_factories_take_exactly_their_range(name, v):
+    lo, hi = _INT_RANGES[name]
+    make = getattr(tf, name)
+    if lo <= v <= hi:
+        got = int.from_bytes(make(v).data, "little", signed=name.startswith("i"))
+        assert got == v and len(make(v).data) * 8 == int(name[1:])
+    else:
+        with pytest.raises(tf.ValidationError, match=rf"tf\.{name}: {v} is out of range for "
+                                                     rf"{name} \[{lo}, {hi}\]"):
+            make(v)
+
+
+_FLOAT_TYPES = {"f16": (np.float16, 10), "f32": (np.float32, 23), "f64": (np.float64, 52)}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["f16", "f32", "f64", "bf16"]),
+       st.floats(allow_nan=True, allow_infinity=True) | st.floats(-70000.0, 70000.0)
+       | st.integers(-(2**1100), 2**1100))
+def test_float_factories_round_to_nearest_or_refuse_overflow(name, v):
+    make = getattr(tf, name)
+    try:
+        data = make(v).data
+    except tf.ValidationError as exc:
+        assert re.match(rf"tf\.{name}: .* overflows {name}", str(exc)), str(exc)
+        assert not isinstance(v, float) or not math.isinf(v)  # infinities pass as they are
+        return
+    if name == "bf16":
+        bits = np.array([int.from_bytes(data, "little") << 16], np.uint32)
+        got = float(bits.view(np.float32)[0])
+        mant = 7
+    else:
+        got = float(np.frombuffer(data, _FLOAT_TYPES[name][0])[0])
+        mant = _FLOAT_TYPES[name][1]
+    x = float(v)
+    if math.isnan(x):
+        assert math.isnan(got)
+        return
+    if math.isinf(x):
+        assert got == x
+        return
+    assert math.isfinite(got)
+    # Round to nearest: within half a unit in the last place of the result (or of the
+    # smallest normal, for subnormals and values that round to zero).
+    exp = math.frexp(got if got else x)[1]
+    min_exp = {"f16": -13, "f32": -125, "f64": -1021, "bf16": -125}[name]
+    ulp = 2.0 ** (max(exp, min_exp) - 1 - mant)
+    assert abs(got - x) <= ulp / 2 * (1 + 1e-12) or (name == "bf16" and abs(got - x) <= ulp)

@@ -2,14 +2,18 @@
 
 import ctypes
 import gc
+import struct
 import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tenferro as tf
-from tenferro import dlpack
+from tenferro import dlpack, dtypes
 from tenferro.interop import read_cai
+from tenferro.spans import c_strides
 
 
 def test_cai_v3_fields(cai):
@@ -118,3 +122,133 @@ def test_a_producer_refusing_dlpack_is_named():
     with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack_device__\(\) of "
                                                  r"_BadDevice failed: ValueError"):
         dlpack.read_dlpack(_BadDevice(), 1, 0, "session.tensor")
+
+
+# --- crafted DLPack capsules and CAI dicts: a right record or a clear refusal, never a crash ----
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+_NAMES = {True: ctypes.c_char_p(b"dltensor_versioned"), False: ctypes.c_char_p(b"dltensor")}
+_DL_KNOWN = {(k.dl_code, k.dl_bits): k for k in dtypes.SCALAR_TYPES}
+
+
+@st.composite
+def dltensors(draw):
+    ndim = draw(st.integers(0, 6))
+    code, bits = draw(st.one_of(st.sampled_from(sorted(_DL_KNOWN)),
+                                st.tuples(st.sampled_from([0, 1, 2, 4, 5, 6, 200]),
+                                          st.sampled_from([1, 8, 16, 32, 64, 128, 12]))))
+    return {
+        "versioned": draw(st.booleans()),
+        "major": draw(st.sampled_from([1, 1, 1, 1, 0, 2])),
+        "flags": draw(st.integers(0, 3)),
+        "data": draw(st.sampled_from([0x7000_0000, 0x7F00_0000_0000, 0x7000_0000, 0])),
+        "device_type": draw(st.sampled_from([2, 2, 2, 13, 1, 3, 7])),
+        "device_id": draw(st.integers(-1, 5)),
+        "ndim": ndim,
+        "code": code,
+        "bits": bits,
+        "lanes": draw(st.sampled_from([1, 1, 1, 1, 2, 0])),
+        "shape": draw(st.lists(st.integers(-1, 12), min_size=ndim, max_size=ndim)),
+        "strides": draw(st.one_of(st.none(), st.lists(st.integers(-(1 << 40), 1 << 40),
+                                                      min_size=ndim, max_size=ndim))),
+        "offset": draw(st.sampled_from([0, 8, 12, 1 << 20])),
+    }
+
+
+def _craft(d):
+    """A capsule over exactly the fields of ``d`` (and the buffer that holds them)."""
+    ndim = d["ndim"]
+    head = dlpack._VERSIONED_HEAD.size if d["versioned"] else 0
+    tail = 0 if d["versioned"] else dlpack._LEGACY_TAIL.size
+    size = head + dlpack._TENSOR.size + tail
+    buf = ctypes.create_string_buffer(size + 16 * max(ndim, 1))
+    base = ctypes.addressof(buf)
+    shape_p, strides_p = base + size, base + size + 8 * ndim
+    if ndim:
+        struct.pack_into(f"<{ndim}q", buf, size, *d["shape"])
+    if d["strides"] is not None and ndim:
+        struct.pack_into(f"<{ndim}q", buf, size + 8 * ndim, *d["strides"])
+    dlpack._TENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
+                             d["code"], d["bits"], d["lanes"], shape_p if ndim else 0,
+                             strides_p if d["strides"] is not None and ndim else 0, d["offset"])
+    if d["versioned"]:
+        dlpack._VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, 0, d["flags"])
+    return buf, _capsule_new(base, _NAMES[d["versioned"]], None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(dltensors())
+def test_crafted_dltensors_read_right_or_refused(d):
+    _buf, cap = _craft(d)  # the buffer lives as long as the capsule is read
+    try:
+        f = dlpack.read_capsule(cap, "op")
+    except tf.ValidationError as exc:
+        assert str(exc).startswith("op: ")
+        return
+    finally:
+        del cap
+    # Accepted: every field is what the structure says, and only what a right one can say.
+    t = _DL_KNOWN[(d["code"], d["bits"])]
+    assert d["lanes"] == 1 and d["device_type"] in (2, 13) and d["device_id"] >= 0
+    assert not d["versioned"] or d["major"] == 1
+    assert all(n >= 0 for n in d["shape"])
+    assert f.shape == tuple(d["shape"]) and f.scalar_type is t and f.device == d["device_id"]
+    assert f.ptr == d["data"] + d["offset"]
+    assert d["data"] or 0 in f.shape
+    if d["strides"] is None or not d["ndim"]:
+        assert f.strides == c_strides(f.shape, t.itemsize)
+    else:
+        assert f.strides == tuple(e * t.itemsize for e in d["strides"])  # signed, in bytes
+    assert f.readonly == (d["versioned"] and bool(d["flags"] & 1))
+
+
+@st.composite
+def cai_dicts(draw):
+    ndim = draw(st.integers(0, 4))
+    shape = draw(st.one_of(st.lists(st.integers(-1, 7), min_size=ndim, max_size=ndim).map(tuple),
+                           st.sampled_from([None, [2, 3], (2.0,), "4"])))
+    return {
+        "shape": shape,
+        "typestr": draw(st.sampled_from(["<f4", "<f8", "|u1", "<i8", ">f4", "<c8", "|b1",
+                                         "zz", "|O", 5])),
+        "data": draw(st.sampled_from([(0x7000, False), (0x7000, True), (0, False), None,
+                                      [0x7000, False], ("0x7000", False)])),
+        "strides": draw(st.one_of(st.none(), st.lists(st.integers(-64, 64), min_size=ndim,
+                                                      max_size=ndim).map(tuple),
+                                  st.just((8,) * (ndim + 1)))),
+        "version": draw(st.sampled_from([3, 3, 2, 1, "3"])),
+        "stream": draw(st.sampled_from([None, 1, 2, 0x1234, 0, -1, "s", True])),
+        "mask": draw(st.sampled_from([None, None, object()])),
+    }
+
+
+class _Producer:
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+@settings(max_examples=400, deadline=None)
+@given(cai_dicts())
+def test_cai_dicts_read_right_or_refused(cai):
+    try:
+        f = read_cai(_Producer(cai), "op")
+    except tf.ValidationError as exc:
+        assert str(exc).startswith("op: ")
+        return
+    assert isinstance(cai["version"], int) and cai["version"] >= 2 and cai["mask"] is None
+    assert isinstance(cai["shape"], tuple) and f.shape == cai["shape"]
+    assert all(n >= 0 for n in f.shape)
+    assert (f.ptr, f.readonly) == (cai["data"][0], cai["data"][1])
+    t = f.scalar_type
+    assert np.dtype(cai["typestr"]) == t.numpy
+    if cai["strides"] is None:
+        assert f.strides == c_strides(f.shape, t.itemsize)
+    else:
+        assert f.strides == cai["strides"] and len(f.strides) == len(f.shape)
+    if cai["version"] >= 3 and cai["stream"] is not None:
+        assert f.stream == cai["stream"] and f.stream not in (0,) and not isinstance(
+            cai["stream"], bool)
+    else:
+        assert f.stream is None

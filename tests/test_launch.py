@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tenferro as tf
 
@@ -135,3 +137,68 @@ def test_torch_tensor_that_requires_grad_is_refused_by_name(session):
                                                  r"refused to export: \w+Error: "):
         session.tensor(w)
     assert session.tensor(w.detach()).ptr == w.data_ptr()
+
+
+_dims = st.one_of(st.integers(-2, 70000), st.integers(0, 2**32),
+                  st.lists(st.integers(-1, 70000), min_size=0, max_size=4).map(tuple),
+                  st.sampled_from([None, 1.0, True, "8", (1, True)]))
+
+
+def _as3(v):
+    if isinstance(v, bool) or not isinstance(v, (int, tuple)):
+        return None
+    v = (v,) if isinstance(v, int) else v
+    if not 1 <= len(v) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool)
+                                       for d in v):
+        return None
+    return tuple(v) + (1,) * (3 - len(v))
+
+
+@settings(max_examples=500, deadline=None)
+@given(_dims, _dims, st.one_of(st.integers(-1, 2**33), st.just(2**64)))
+def test_launchconfig_accepts_exactly_the_cuda_limits(grid, block, smem):
+    g, b = _as3(grid), _as3(block)
+    valid = (g is not None and b is not None and all(d >= 1 for d in g + b)
+             and g[0] <= 2**31 - 1 and g[1] <= 65535 and g[2] <= 65535
+             and b[0] <= 1024 and b[1] <= 1024 and b[2] <= 64 and b[0] * b[1] * b[2] <= 1024
+             and 0 <= smem <= 2**32 - 1)
+    if valid:
+        c = tf.LaunchConfig(grid, block, smem)
+        assert (c.grid, c.block, c.shared_mem_bytes) == (g, b, smem)
+        assert c.dims == (*g, *b, smem) and c.threads_per_block == b[0] * b[1] * b[2]
+    else:
+        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: (grid|block|shared_mem)"):
+            tf.LaunchConfig(grid, block, smem)
+
+
+@pytest.mark.gpu
+def test_no_config_or_args_reach_the_launcher_unchecked(session, rng):
+    # Every launch that reaches the driver carries a record made from a checked LaunchConfig.
+    fn, x, y, tx, ty = _axpy(session, rng, n=256)
+    real = session._launch
+    seen = []
+
+    def recording(address):
+        seen.append(address)
+        return real(address)
+
+    session._launch = recording
+    args = [session.tensor_mut(ty), session.tensor(tx), tf.f32(1.0), tf.u32(256)]
+    cfg = tf.LaunchConfig.flat(256, 64)
+    junk = [None, 0, 1, (1, 64), [1, 64], "cfg", object(), cfg.dims, tf.LaunchConfig,
+            type("Fake", (), {"dims": cfg.dims})()]
+    for bad in junk:
+        for call in (lambda b=bad: session.launch(fn, b, args),
+                     lambda b=bad: session.bind(fn, b, args)):
+            with pytest.raises(tf.ValidationError, match=r"session\.(launch|bind): config must "
+                                                         r"be a LaunchConfig"):
+                call()
+    assert seen == []
+    session.launch(fn, cfg, args)
+    assert len(seen) == 1 and seen[0]  # the checked launch, with its record's address
+    for bad in junk:  # with the fast path armed
+        with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a "
+                                                     r"LaunchConfig"):
+            session.launch(fn, bad, args)
+    assert len(seen) == 1
+    np.testing.assert_allclose(session.download(ty), 2.0 * x.astype(np.float64) + y, rtol=1e-6)

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tenferro as tf
 from tenferro.signature import BYTES, FLOAT, INT, PTR, PTR_OR_INT, parse_ptx
@@ -81,3 +83,26 @@ def test_ptx_without_an_entry_is_refused_naming_the_caller():
     with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: entry 'k' has a parameter "
                                                  r"of PTX type \.pred"):
         parse_ptx(".visible .entry k(.param .pred k_param_0) { ret; }", "session.load_ptx")
+
+
+_PTX_TYPES = {".u8": (INT, 1), ".s8": (INT, 1), ".u16": (INT, 2), ".s16": (INT, 2),
+              ".u32": (INT, 4), ".s32": (INT, 4), ".b32": (INT, 4), ".u64": (PTR_OR_INT, 8),
+              ".s64": (PTR_OR_INT, 8), ".b64": (PTR_OR_INT, 8), ".f32": (FLOAT, 4),
+              ".f64": (FLOAT, 8)}
+_idents = st.from_regex(r"[A-Za-z_][A-Za-z0-9_$]{0,20}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_idents, st.lists(st.sampled_from(sorted(_PTX_TYPES)), max_size=8)),
+                min_size=1, max_size=4, unique_by=lambda e: e[0]),
+       st.sampled_from([" ", "\n", "\n\t", "  \n  "]))
+def test_ptx_entries_parse_to_their_parameter_lists(entries, sep):
+    text = ".version 8.0\n.target sm_90\n.address_size 64\n"
+    for name, types in entries:
+        params = f",{sep}".join(f".param {t} {name}_param_{i}" for i, t in enumerate(types))
+        text += f".visible .entry {name}({sep}{params}{sep})\n{{\n\tret;\n}}\n"
+    sigs = parse_ptx(text, "session.load_ptx")
+    assert list(sigs) == [name for name, _ in entries]
+    for name, types in entries:
+        got = [(p.kind, p.size, p.name) for p in sigs[name].params]
+        assert got == [(*_PTX_TYPES[t], f"{name}_param_{i}") for i, t in enumerate(types)]
