@@ -1,6 +1,6 @@
 """Host cost of zero-copy imports and exports, side by side, in one process.
 
-    source .whl/prelude.sh && python3 benchmarks/interop.py --json $OUT/interop.json
+    python3 benchmarks/interop.py --json interop.json
 
 Each figure is the median over ROUNDS rounds of the mean of BATCH calls, the methods
 interleaved round by round (shuffled). Every call produces a new view of the same 1 Mi-element

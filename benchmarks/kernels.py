@@ -1,6 +1,6 @@
 """tenferro.kernels against torch and CuPy for the same operation, on the GPU machine.
 
-    source .whl/prelude.sh && python3 benchmarks/kernels.py --json $OUT/kernels.json
+    python3 benchmarks/kernels.py --json kernels.json
 
 Memory-bound kernels run on 256 MiB of float32 input; each figure is the median of REPS timed
 batches of BATCH back-to-back calls, each batch enqueued behind a ~5 ms spin kernel on the

@@ -1,6 +1,6 @@
 """Host cost of one launch of the same empty 4-argument kernel, side by side, in one process.
 
-    source .whl/prelude.sh && python3 benchmarks/launch.py --json $OUT/launch.json
+    python3 benchmarks/launch.py --json launch.json
 
 The kernel takes (float* a, const float* b, unsigned n, float x) and does nothing, launched with
 1 block of 32 threads on a non-default stream. Each method's figure is the median over batches

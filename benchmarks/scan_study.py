@@ -1,6 +1,6 @@
 """Where the inclusive scan's time goes: variants of it timed alone, on the GPU machine.
 
-    source .whl/prelude.sh && python3 benchmarks/scan_study.py [parts of variants' names]
+    python3 benchmarks/scan_study.py [parts of variants' names]
 
 Each variant (scan_study.cu, compiled after rows.cu's source, float32) is first checked against
 numpy's float64 cumsum on odd sizes, then timed on 256 MiB: the mean of 20 back-to-back
