@@ -171,7 +171,7 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
             _driver.memcpy_dtod_async(dup.ptr, tensor.ptr, tensor.nbytes, s._stream, op)
         tensor, flags = dup, FLAG_IS_COPIED
     if s._open and consumer is not None and consumer != s._stream:
-        if s._capturing:
+        if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: not allowed during s.capture(): ordering the "
                                     "consumer's stream needs an event")
         # The consumer's stream waits for everything enqueued so far on ours. The record and

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _driver
-from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
+from .errors import BackendError, ValidationError
 
 __all__ = ["Capture", "Graph"]
 
@@ -43,21 +43,10 @@ class Graph:
 
         ``stream`` other than None is refused: the graph's owners and order are the session's.
         """
-        s = self.session
         if stream is not None:
             raise ValidationError(f"graph.launch: {stream=} is refused; a graph replays on its "
                                   "session's stream")
-        s._check_use("graph.launch")
-        if s._capturing:
-            raise RuntimeStateError("graph.launch: not during a capture")
-        try:
-            _driver.graph_launch(self._exec_obj, s._sobj, "graph.launch")
-            held = s._held
-            held.append(self)  # the graph and its owners live until the stream passes the replay
-            if len(held) >= s._fence_every:
-                s._fence()
-        except KernelFault as exc:
-            raise s.fault_seen(exc) from None
+        self.session.replay(self, self._exec_obj)
 
     def __del__(self) -> None:
         for h, destroy in ((getattr(self, "_exec", 0), _driver.graph_exec_destroy),
@@ -76,43 +65,27 @@ class Graph:
 class Capture:
     """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends."""
 
-    __slots__ = ("_saved_held", "graph", "session")
+    __slots__ = ("_saved_holds", "graph", "session")
 
     def __init__(self, session: Any) -> None:
         self.session = session
         self.graph: Graph | None = None
 
     def __enter__(self) -> Capture:
-        s = self.session
-        op = "session.capture"
-        s._check_use(op)
-        if s._capturing:
-            raise RuntimeStateError(f"{op}: a capture is already running on this session")
-        _driver.capture_begin(s._stream, op)
-        self._saved_held = s._held
-        s._held = []
-        s._capturing = True
-        s._fast = False  # every captured launch goes where its owners are collected
+        self._saved_holds = self.session.begin_capture()
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         s = self.session
-        op = "session.capture"
-        owners = s._held
-        s._held = self._saved_held
-        s._capturing = False
-        s._fast = s._open and not s._faulted
         try:
-            graph = _driver.capture_end(s._stream, op)
+            graph, owners = s.end_capture(self._saved_holds)
         except BackendError as end_exc:
-            s._free_deferred()
-            if isinstance(end_exc, KernelFault):
-                end_exc = s.fault_seen(end_exc)
             if exc is not None:
                 exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
                 return
             raise
-        s._free_deferred()
+        finally:
+            self._saved_holds = None
         if not graph:
             return
         try:

@@ -135,7 +135,7 @@ class BoundLaunch:
     __slots__ = (
         "__weakref__",
         "_block",
-        "_in_held",
+        "_held_generation",
         "_launch",
         "_name",
         "_record",
@@ -160,7 +160,7 @@ class BoundLaunch:
         self._record_address = self._record.address
         self._name = fn.name
         self._launch = _driver.launcher()
-        self._in_held = False  # True while the session's current holds list has it
+        self._held_generation = -1  # the session's holds generation this launch is held in
 
     def __call__(self) -> None:
         """Enqueue the launch on the session's stream."""
@@ -173,9 +173,10 @@ class BoundLaunch:
             if err:
                 _driver.raise_launch_error(err, "bound_launch")
             s._last.append(self._name)
-            if not self._in_held:  # once per holds list: the session resets it when it lets go
-                self._in_held = True
-                s._hold(self)
+            live = s.liveness
+            if self._held_generation != live.generation:  # once per holds list, not per call
+                self._held_generation = live.generation  # before: a fence in hold moves it on
+                live.hold(self)
         except KernelFault as exc:  # the launch or a fence query saw a fault
             raise s.fault_seen(exc) from None
 
@@ -186,7 +187,7 @@ class BoundLaunch:
         if err:
             _driver.raise_launch_error(err, "bound_launch")
         s._last.append(self._name)
-        s._hold(self)  # always: during a capture the graph takes its owners from the holds
+        s.liveness.hold(self)  # always: during a capture the graph takes its owners from them
 
     def update(self, index: int, arg: Any) -> None:
         """Replace argument ``index``; only that slot is checked (and overlaps against the rest).
@@ -216,7 +217,7 @@ class BoundLaunch:
         except BaseException:
             block.restore(saved)
             raise
-        s._hold(self.spans)  # a launch already enqueued may still read the old ones
+        s.liveness.hold(self.spans)  # a launch already enqueued may still read the old ones
         self.args, self.spans = args, spans
 
     def __repr__(self) -> str:

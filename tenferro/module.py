@@ -334,9 +334,8 @@ class Function:
         self.last_config: Any = _NO_CONFIG
         self.record: Any = None
         self.record_address: int = 0
-        caches = getattr(self.session, "_caches", None)
-        if caches is not None:
-            caches.append(self.block)  # the session makes it forget its last arguments at sync
+        # The session makes the block forget its last arguments when it synchronizes.
+        self.session.liveness.add_cache(self.block)
 
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""

@@ -286,7 +286,7 @@ class NumbaKernel:
         self.name = name
         self.specializations: dict[tuple, Any] = {}
         self._last: tuple = ((), None)
-        session._caches.append(self)
+        session.liveness.add_cache(self)
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _driver, dtypes
+from ._liveness import Liveness
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .events import Event
 from .graph import Capture
@@ -34,12 +35,6 @@ __all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session", "from_dlpack"]
 
 _local = threading.local()  # .open: this thread's open sessions, innermost last
 
-
-def _unflag(held: list) -> None:
-    """Tell the bound launches in a holds list that it is no longer the session's current one."""
-    for obj in held:
-        if obj.__class__ is BoundLaunch:
-            obj._in_held = False
 
 _get_ident = threading.get_ident
 _is = operator.is_
@@ -124,18 +119,10 @@ class Session:
         self._open = False
         self._thread: int | None = None
         self._modules: list[Module] = []
-        self._held: list = []  # owners of work enqueued since the last fence
-        self._fences: collections.deque = collections.deque()  # (event, owners), oldest first
-        self._spare_events: list[int] = []
-        self._retained: list = []
+        self.liveness = Liveness(0, FENCE_EVERY, FENCE_BYTES)  # its stream is set on entry
         self._last: collections.deque[str] = collections.deque(maxlen=8)
         self._faulted = False
         self._fast = False  # open, not faulted, not capturing: the launch fast path may run
-        self._capturing = False
-        self._deferred_frees: list[int] = []
-        self._fence_every = FENCE_EVERY
-        self._allocated_since_fence = 0
-        self._caches: list = []  # argument caches of Functions and NumbaKernels, see synchronize
         self._resources = ResourceCache()
 
     # --- scope ---------------------------------------------------------------------------
@@ -167,6 +154,7 @@ class Session:
             _driver.set_current(self._prev_ctx)
             raise
         self._sobj = _driver.stream_object(self._stream)
+        self.liveness.stream = self._stream
         self._launch = _driver.launcher()
         self._thread = threading.get_ident()
         self._open = True
@@ -194,23 +182,14 @@ class Session:
         if self in opened:
             opened.remove(self)
         self._fast = False
-        _unflag(self._held)
-        self._held.clear()
-        self._retained.clear()
+        self.liveness.close()
         self._stream_owner = None
         self._resources.clear()
-        for c in self._caches:
-            c.forget()
-        self._caches.clear()
-        for ev, _ in self._fences:
-            self._spare_events.append(ev)
-        self._fences.clear()
-        for ev in [*self._spare_events, self._import_event, self._export_event]:
+        for ev in (self._import_event, self._export_event):
             try:
                 _driver.event_destroy(ev)
             except Exception:
                 pass
-        self._spare_events.clear()
         for m in self._modules:
             try:
                 m.unload()
@@ -243,14 +222,8 @@ class Session:
         return self._stream
 
     def _refuse_in_capture(self, op: str, why: str) -> None:
-        if self._capturing:
+        if self.liveness.capturing:
             raise RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
-
-    def _free_deferred(self) -> None:
-        """Free the Tensors dropped during a capture, now that the stream records again."""
-        frees, self._deferred_frees = self._deferred_frees, []
-        for ptr in frees:
-            _driver.mem_free_async(ptr, self._stream)
 
     def _check_use(self, op: str) -> None:
         if not self._open:
@@ -281,31 +254,11 @@ class Session:
 
     # --- liveness ------------------------------------------------------------------------
 
-    def _fence(self) -> None:
-        """Hand the owners held so far to an event; drop those of fences the GPU has passed."""
-        if self._capturing:  # a graph holds its own owners; events cannot be queried mid-capture
-            return
-        ev = self._spare_events.pop() if self._spare_events else _driver.event_create()
-        _driver.event_record(ev, self._stream, "session.launch")
-        _unflag(self._held)
-        self._fences.append((ev, self._held))
-        self._held = []
-        fences = self._fences
-        while fences and _driver.event_query(fences[0][0], "session.launch"):
-            self._spare_events.append(fences.popleft()[0])
-
-    def _hold(self, obj: Any) -> None:
-        """Keep ``obj`` referenced until the stream has passed what was just enqueued."""
-        held = self._held
-        held.append(obj)
-        if len(held) >= self._fence_every:
-            self._fence()
-
     @_reports_faults
     def retain(self, obj: Any) -> Any:
         """Keep ``obj`` alive until the session closes; returns it."""
         self._check_use("session.retain")
-        self._retained.append(obj)
+        self.liveness.retain(obj)
         return obj
 
     # --- memory --------------------------------------------------------------------------
@@ -315,10 +268,7 @@ class Session:
         self._refuse_in_capture(op, "the memory would belong to the graph; allocate before "
                                 "the capture")
         t = Tensor._allocate(self, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
-        self._allocated_since_fence += t.nbytes
-        if self._allocated_since_fence >= FENCE_BYTES:  # let owners the GPU has passed go
-            self._allocated_since_fence = 0
-            self._fence()
+        self.liveness.allocated_bytes(t.nbytes)  # past FENCE_BYTES, passed owners go
         return t
 
     @_reports_faults
@@ -374,7 +324,7 @@ class Session:
         t = self._new_tensor(host.shape, host.dtype, op)
         if t.nbytes:
             _driver.memcpy_htod_async(t.ptr, host.ctypes.data, t.nbytes, self._stream, op)
-        self._held.append(host)  # the host source stays alive until the stream passes the copy
+        self.liveness.hold(host)  # the host source stays alive until the stream passes the copy
         return t
 
     @_reports_faults
@@ -395,7 +345,7 @@ class Session:
             return np.empty(span.shape, dtype=np_dtype)
         raw = np.empty(span.hi - span.lo, dtype=np.uint8)
         _driver.memcpy_dtoh_async(raw.ctypes.data, span.lo, raw.nbytes, self._stream, op)
-        self._held.append(span)
+        self.liveness.hold(span)
         self.synchronize()
         if span.is_c_contiguous:
             return raw.view(np_dtype).reshape(span.shape)
@@ -423,7 +373,7 @@ class Session:
             raise ValidationError(f"{op}: dst and src overlap in memory")
         if d.nbytes:
             _driver.memcpy_dtod_async(d.ptr, s.ptr, d.nbytes, self._stream, op)
-        self._held.append((d, s))
+        self.liveness.hold((d, s))
 
     @_reports_faults
     def copy_peer(self, dst: Any, src: Any) -> None:
@@ -478,7 +428,7 @@ class Session:
         if nbytes:
             _driver.memcpy_peer_async(d.ptr, self.context.handle, ptr, ctx.handle, nbytes,
                                       self._stream, op)
-        self._held.append((d, owner))
+        self.liveness.hold((d, owner))
 
     # --- spans ---------------------------------------------------------------------------
 
@@ -762,10 +712,7 @@ class Session:
                 replaced = block._prev_spans
                 block.pack(args, self, "session.launch")
                 if replaced:  # the previous launch may still be running: hold what it used
-                    held = self._held
-                    held.append(replaced)
-                    if len(held) >= self._fence_every:
-                        self._fence()
+                    self.liveness.hold(replaced)
             err = self._launch(fn.record_address)
             if err:
                 _driver.raise_launch_error(err, "session.launch")
@@ -788,13 +735,11 @@ class Session:
         err = self._launch(fn.record_address)
         if err:
             _driver.raise_launch_error(err, op)
-        held = self._held
+        live = self.liveness
         if replaced and replaced is not spans:
-            held.append(replaced)
-        held.append(spans)  # always: a capture's graph takes its owners from here
+            live.hold(replaced)
+        live.hold(spans)  # always: a capture's graph takes its owners from here
         self._last.append(fn.name)
-        if len(held) >= self._fence_every:
-            self._fence()
 
     @_reports_faults
     def bind(self, fn: Function | NumbaKernel, config: LaunchConfig,
@@ -807,6 +752,44 @@ class Session:
         op = "session.bind"
         fn = self._launchable(fn, config, args, op)
         return BoundLaunch(self, fn, config, args, op)
+
+    def begin_capture(self) -> list:
+        """Start capturing the stream, for `Capture`; returns the holds to give `end_capture`."""
+        op = "session.capture"
+        self._check_use(op)
+        if self.liveness.capturing:
+            raise RuntimeStateError(f"{op}: a capture is already running on this session")
+        _driver.capture_begin(self._stream, op)
+        self._fast = False  # every captured launch goes where its owners are collected
+        return self.liveness.begin_capture()
+
+    def end_capture(self, saved: list) -> tuple[int, list]:
+        """End the capture: (the graph's handle or 0, the owners its work touched).
+
+        The session records again even when the driver's end of capture raises.
+        """
+        live = self.liveness
+        owners = live.end_capture(saved)
+        self._fast = self._open and not self._faulted
+        try:
+            graph = _driver.capture_end(self._stream, "session.capture")
+        except KernelFault as exc:
+            raise self.fault_seen(exc) from None
+        finally:
+            live.free_deferred()
+        return graph, owners
+
+    def replay(self, graph: Any, exec_obj: Any) -> None:
+        """Enqueue an instantiated graph on the stream and hold it until the stream passes."""
+        op = "graph.launch"
+        self._check_use(op)
+        if self.liveness.capturing:
+            raise RuntimeStateError(f"{op}: not during a capture")
+        try:
+            _driver.graph_launch(exec_obj, self._sobj, op)
+            self.liveness.hold(graph)  # the graph and its owners live until the stream passes
+        except KernelFault as exc:
+            raise self.fault_seen(exc) from None
 
     def capture(self) -> Capture:
         """``with s.capture() as cap: ...``: capture the block's work; then ``cap.graph``.
@@ -851,12 +834,7 @@ class Session:
             _driver.stream_synchronize(self._stream, op)
         except KernelFault as exc:
             raise self.fault_seen(exc) from None
-        _unflag(self._held)
-        self._held.clear()
-        for c in self._caches:
-            c.forget()
-        while self._fences:
-            self._spare_events.append(self._fences.popleft()[0])
+        self.liveness.release_all()
 
     # --- resources -----------------------------------------------------------------------
 

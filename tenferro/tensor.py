@@ -70,8 +70,8 @@ class Tensor:
         s = self._session
         try:
             if s._open and s._thread == threading.get_ident():
-                if s._capturing:  # a free now would become a node of the graph
-                    s._deferred_frees.append(ptr)
+                if s.liveness.capturing:  # a free now would become a node of the graph
+                    s.liveness.defer_free(ptr)
                 else:
                     _driver.mem_free_async(ptr, s._stream)
                 return

@@ -178,8 +178,8 @@ def test_tensor_dropped_during_capture_is_freed_after_it(session, rng):
         session.launch(axpy, tf.LaunchConfig.flat(16),
                        [session.tensor_mut(y), session.tensor(x), 1.0, 16])
         del scratch  # must not become a free node of the graph
-        assert len(session._deferred_frees) == 1
-    assert session._deferred_frees == []
+        assert len(session.liveness.deferred_frees) == 1
+    assert session.liveness.deferred_frees == []
     assert cap.graph.node_count == 1
     cap.graph.launch()
     cap.graph.launch()

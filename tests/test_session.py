@@ -199,16 +199,16 @@ def test_long_loops_do_not_hold_everything_forever(session):
     arglists = [[ym, x, tf.f32(1.0), tf.u32(256)] for x in xs]
     for i in range(tf.session.FENCE_EVERY * 4):  # alternating: every launch replaces the last
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
-    assert 0 < len(session._held) < tf.session.FENCE_EVERY
+    assert 0 < len(session.liveness.held) < tf.session.FENCE_EVERY
     _driver.stream_synchronize(session._stream, "test")
     for i in range(tf.session.FENCE_EVERY + 1):
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
-    assert len(session._fences) <= 2  # the fences the GPU had passed were retired
+    assert len(session.liveness.fences) <= 2  # the fences the GPU had passed were retired
     same = arglists[0]
     session.synchronize()
     for _ in range(tf.session.FENCE_EVERY * 2):  # the very same arguments: nothing piles up
         session.launch(fn, tf.LaunchConfig.flat(256), same)
-    assert len(session._held) <= 1 and not session._fences
+    assert len(session.liveness.held) <= 1 and not session.liveness.fences
 
 
 @pytest.mark.gpu
@@ -421,3 +421,12 @@ def test_a_fault_seen_by_any_call_is_named_once_and_stops_the_session(how):
     assert re.search(r"REFUSED session\.tensor: an earlier kernel fault", r.stdout), out
     # Handled inside the block, the fault is not raised again when the block ends.
     assert "EXITED CLEANLY" in r.stdout and r.returncode == 0, out
+
+
+def test_a_session_not_yet_entered_refuses_use():
+    s = tf.Session()
+    for call in (lambda: s.upload(np.ones(3)), lambda: s.alloc_zeros(3, np.float32),
+                 lambda: s.tensor(np.ones(3)), lambda: s.synchronize(), lambda: s.capture()
+                 .__enter__()):
+        with pytest.raises(tf.RuntimeStateError, match=r"session\.\w+: the session is closed"):
+            call()

@@ -1,0 +1,130 @@
+"""The owners behind a session's enqueued work, and when they may go.
+
+Every launch, copy or replay hands the objects it touches (spans, Tensors, host arrays, graphs,
+bound launches) to `Liveness.hold`. They stay referenced until the stream has passed that
+work: every `fence_every` holds, or `fence_bytes` allocated, the list so far goes to a fence
+event, and fences the GPU has passed are retired; `release_all` (after a synchronize) drops
+everything. During a capture the holds go to the graph instead (`begin_capture` /
+`end_capture`), and Tensors dropped meanwhile are freed after it (`defer_free`).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from . import _driver
+
+__all__ = ["Liveness"]
+
+
+class Liveness:
+    """One session's holds, fences and deferred frees, on one stream.
+
+    ``generation`` changes whenever the current holds list is replaced (a fence, a release, a
+    capture): a `BoundLaunch` holds itself once a generation instead of once a launch.
+    """
+
+    __slots__ = ("allocated", "caches", "capturing", "deferred_frees", "fence_bytes",
+                 "fence_every", "fences", "generation", "held", "retained", "spare_events",
+                 "stream")
+
+    def __init__(self, stream: int, fence_every: int, fence_bytes: int) -> None:
+        self.stream = stream
+        self.fence_every = fence_every
+        self.fence_bytes = fence_bytes
+        self.held: list = []  # owners of work enqueued since the last fence
+        self.fences: collections.deque = collections.deque()  # (event, owners), oldest first
+        self.spare_events: list[int] = []
+        self.retained: list = []
+        self.deferred_frees: list[int] = []
+        self.caches: list = []  # argument caches of Functions and NumbaKernels
+        self.allocated = 0  # bytes allocated since the last fence
+        self.capturing = False
+        self.generation = 0
+
+    def hold(self, obj: Any) -> None:
+        """Keep ``obj`` referenced until the stream has passed what was just enqueued."""
+        held = self.held
+        held.append(obj)
+        if len(held) >= self.fence_every:
+            self.fence()
+
+    def allocated_bytes(self, nbytes: int) -> None:
+        """Count an allocation; past `fence_bytes` a fence lets owners the GPU passed go."""
+        self.allocated += nbytes
+        if self.allocated >= self.fence_bytes:
+            self.allocated = 0
+            self.fence()
+
+    def retain(self, obj: Any) -> None:
+        """Keep ``obj`` until `close`."""
+        self.retained.append(obj)
+
+    def add_cache(self, cache: Any) -> None:
+        """A parameter block whose remembered arguments `release_all` makes it forget."""
+        self.caches.append(cache)
+
+    def fence(self) -> None:
+        """Hand the owners held so far to an event; drop those of fences the GPU has passed."""
+        if self.capturing:  # a graph holds its own owners; events cannot be queried mid-capture
+            return
+        ev = self.spare_events.pop() if self.spare_events else _driver.event_create()
+        _driver.event_record(ev, self.stream, "session.launch")
+        self.fences.append((ev, self.held))
+        self.held = []
+        self.generation += 1
+        fences = self.fences
+        while fences and _driver.event_query(fences[0][0], "session.launch"):
+            self.spare_events.append(fences.popleft()[0])
+
+    def release_all(self) -> None:
+        """Drop every hold: the stream has been synchronized."""
+        self.held = []
+        self.generation += 1
+        for c in self.caches:
+            c.forget()
+        while self.fences:
+            self.spare_events.append(self.fences.popleft()[0])
+
+    def begin_capture(self) -> list:
+        """Collect holds apart from here on, for a graph; returns the list to restore."""
+        saved, self.held = self.held, []
+        self.generation += 1
+        self.capturing = True
+        return saved
+
+    def end_capture(self, saved: list) -> list:
+        """Stop collecting for the graph; returns what the captured work touched."""
+        owners, self.held = self.held, saved
+        self.generation += 1
+        self.capturing = False
+        return owners
+
+    def defer_free(self, ptr: int) -> None:
+        """Free ``ptr`` after the capture (a free during it would become a graph node)."""
+        self.deferred_frees.append(ptr)
+
+    def free_deferred(self) -> None:
+        """Free what `defer_free` kept, now that the stream records again."""
+        frees, self.deferred_frees = self.deferred_frees, []
+        for ptr in frees:
+            _driver.mem_free_async(ptr, self.stream)
+
+    def close(self) -> None:
+        """Drop everything and destroy the fence events (the stream is idle or gone)."""
+        self.held = []
+        self.generation += 1
+        self.retained.clear()
+        for c in self.caches:
+            c.forget()
+        self.caches.clear()
+        for ev, _ in self.fences:
+            self.spare_events.append(ev)
+        self.fences.clear()
+        for ev in self.spare_events:
+            try:
+                _driver.event_destroy(ev)
+            except Exception:  # a context poisoned by a fault may refuse; nothing to keep
+                pass
+        self.spare_events.clear()
