@@ -22,7 +22,7 @@ from ._liveness import Liveness
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .events import Event
 from .graph import Capture
-from .interop import Foreign, read_cai
+from .interop import check_memory, order_after, read_foreign, stream_value
 from .launch import BoundLaunch, LaunchConfig, check_against
 from .module import Function, Module, compile_cuda
 from .numba_kernels import NumbaKernel, as_dispatcher, compile_for_session
@@ -41,16 +41,6 @@ _is = operator.is_
 _ADDRESS_END = 1 << 64
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
 FENCE_BYTES = 256 << 20  # bytes allocated between fences: bounds the memory held owners pin
-
-
-def _cupy_negative_strides(x: Any) -> bool:
-    """True for a CuPy array with a negative stride, which is read through its CAI instead.
-
-    CuPy's DLPack export divides such byte strides as unsigned numbers (-4 bytes becomes
-    2**62 - 1 elements); its CUDA Array Interface gives them right.
-    """
-    return type(x).__module__.partition(".")[0] == "cupy" and \
-        any(st < 0 for st in getattr(x, "strides", ()))
 
 
 def _reports_faults(method: Any) -> Any:
@@ -82,25 +72,6 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-def _stream_handle(stream: Any) -> int:
-    """Normalise ``Session(stream=...)``: an int handle or an object with ``__cuda_stream__``."""
-    if hasattr(stream, "__cuda_stream__"):
-        try:
-            got = stream.__cuda_stream__()
-        except Exception as exc:
-            raise ValidationError(f"Session: stream.__cuda_stream__() raised {exc!r}") from exc
-        if not (isinstance(got, tuple) and len(got) == 2 and _is_int(got[0]) and got[0] == 0
-                and _is_int(got[1]) and 0 <= got[1] < _ADDRESS_END):
-            raise ValidationError(f"Session: stream.__cuda_stream__() returned {got!r}; "
-                                  "expected (0, handle): protocol version 0 and a stream "
-                                  "handle >= 0")
-        stream = got[1]
-    if not isinstance(stream, (int, np.integer)) or isinstance(stream, bool) or stream < 0:
-        raise ValidationError(f"Session: {stream=} must be None, a stream handle (int) or an "
-                              "object with __cuda_stream__")
-    return int(stream) or 1  # 0 is the legacy default stream; name it by its explicit handle
-
-
 class Session:
     """A scoped device session: ``with tf.Session(device=0) as s: ...``.
 
@@ -114,7 +85,7 @@ class Session:
         if not isinstance(device, int) or isinstance(device, bool) or device < 0:
             raise ValidationError(f"Session: {device=} must be an int >= 0")
         self.device = device
-        self._external_stream = None if stream is None else _stream_handle(stream)
+        self._external_stream = stream_value(stream, "stream", "Session", objects=True)
         self._stream_owner = stream  # an object with __cuda_stream__ keeps its stream alive
         self._open = False
         self._thread: int | None = None
@@ -147,7 +118,7 @@ class Session:
                             f"Session: stream=0x{self._stream:x} belongs to another context "
                             f"(0x{ctx:x}), not device {self.device}'s primary context")
             self._import_event = _driver.event_create()
-            self._export_event = _driver.event_create()  # used under dlpack_export's lock
+            self._export_event = _driver.event_create()  # used under interop.dlpack_export's lock
         except BaseException:
             if self._external_stream is None and getattr(self, "_stream", 0):
                 _driver.stream_destroy(self._stream)
@@ -468,8 +439,9 @@ class Session:
             if type(x) is DeviceBytes and cls is TensorMut:
                 cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
         else:
-            f = self._read_dlpack(x, op) if dlpack else self._read_foreign(x, op)
-            self._check_memory(f, op)
+            f = read_foreign(x, self._stream, self.device, self.liveness.capturing, op,
+                             dlpack_only=dlpack)
+            check_memory(f, self.device, op)
             if f.stream is not None and f.stream != self._stream:
                 self._refuse_in_capture(op, "ordering after the producer's stream needs an "
                                         "event; make the span before the capture")
@@ -512,56 +484,9 @@ class Session:
     def _order_after(self, stream: int, op: str) -> None:
         """Order the session's stream after ``stream``'s work so far, without blocking the host."""
         try:
-            _driver.event_record(self._import_event, stream, op)
-            _driver.stream_wait_event(self._stream, self._import_event, op)
+            order_after(self._stream, stream, self._import_event, op)
         except KernelFault as exc:
             raise self.fault_seen(exc) from None
-
-    def _read_foreign(self, x: Any, op: str) -> Foreign:
-        if isinstance(x, np.ndarray):
-            raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies "
-                                  "it to the device")
-        # DLPack first: it names the device, spells every dtype (torch's CAI v2 cannot say
-        # bfloat16 or its stream), carries READ_ONLY and has the producer order its stream.
-        if hasattr(x, "__dlpack__") and not _cupy_negative_strides(x):
-            return self._read_dlpack(x, op)
-        if hasattr(x, "__cuda_array_interface__"):
-            return read_cai(x, op)
-        raise ValidationError(f"{op}: x is a {type(x).__name__}; expected a tf.Tensor, a span or "
-                              "a device array with __cuda_array_interface__ or __dlpack__")
-
-    def _read_dlpack(self, x: Any, op: str) -> Foreign:
-        from .dlpack import read_capsule, read_dlpack
-
-        if type(x).__name__ == "PyCapsule":
-            return read_capsule(x, op)
-        if not hasattr(x, "__dlpack__"):
-            raise ValidationError(f"{op}: x is a {type(x).__name__}; expected an object with "
-                                  "__dlpack__ or a DLPack capsule")
-        self._refuse_in_capture(op, "a DLPack producer would order itself on the capturing "
-                                "stream; make the span before the capture")
-        return read_dlpack(x, self._stream, self.device, op)
-
-    def _check_memory(self, f: Foreign, op: str) -> None:
-        if not 0 <= f.ptr < _ADDRESS_END:
-            raise ValidationError(f"{op}: x's data pointer {f.ptr} is not a 64-bit address")
-        if f.device is not None and f.device != self.device:
-            raise ValidationError(f"{op}: x lives on device {f.device}, this session is on "
-                                  f"device {self.device}")
-        if f.ptr == 0 and all(d for d in f.shape):
-            raise ValidationError(f"{op}: x has a null data pointer")
-        if not f.ptr or 0 in f.shape or f.device is not None:
-            return  # a DLPack producer said kDLCUDA and its device id: asking the driver again
-            # costs a call per import and adds nothing
-        kind, ordinal = _driver.pointer_info(f.ptr)
-        if kind == _driver.MEMORY_HOST:
-            raise ValidationError(f"{op}: x is in host memory (0x{f.ptr:x}); copy it to the "
-                                  "device first")
-        if kind != _driver.MEMORY_DEVICE:
-            raise ValidationError(f"{op}: x's pointer 0x{f.ptr:x} is not CUDA device memory")
-        if ordinal != self.device:
-            raise ValidationError(f"{op}: x lives on device {ordinal}, this session is on "
-                                  f"device {self.device}")
 
     def _adopt_tensor(self, x: Tensor, op: str) -> None:
         if x.device != self.device:

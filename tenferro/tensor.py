@@ -125,7 +125,7 @@ class Tensor:
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:
-        """A DLPack capsule over this Tensor's memory, zero-copy (see `tenferro.dlpack_export`).
+        """A DLPack capsule over this Tensor's memory, zero-copy (`tenferro.interop.dlpack_export`).
 
         Versioned when ``max_version >= (1, 0)``, legacy otherwise. ``stream`` follows the
         standard (None or 1: legacy default, 2: per-thread default, a handle, -1: no ordering;
@@ -134,7 +134,7 @@ class Tensor:
         out a copy made on the session's stream (flagged IS_COPIED). The memory stays valid
         while the consumer holds it, also after the session closed.
         """
-        from .dlpack_export import export  # ctypes structures, loaded on first use
+        from .interop.dlpack_export import export
 
         return export(self, stream, max_version, dl_device, copy)
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenferro as tf
-from tenferro import dlpack, dtypes
-from tenferro.interop import read_cai
+from tenferro import dtypes
+from tenferro.interop import dlpack, read_cai
 from tenferro.spans import c_strides
 
 
@@ -26,8 +26,9 @@ def test_cai_v3_fields(cai):
 
 @pytest.mark.parametrize(("kw", "msg"), [
     ({"mask": object()}, r"has a mask"),
-    ({"stream": 0}, r"stream=0 is forbidden"),
-    ({"stream": "s"}, r"stream='s' must be an int"),
+    ({"stream": 0}, r"stream=0 is ambiguous"),
+    ({"stream": -1}, r"stream=-1 is not a stream handle"),
+    ({"stream": "s"}, r"stream='s' must be None, an int"),
     ({"version": 1}, r"version=1 is not supported"),
     ({"strides": (8,)}, r"strides=\(8,\) do not match shape=\(2, 2\)"),
 ])

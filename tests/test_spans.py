@@ -98,7 +98,7 @@ def test_misaligned_masked_and_stream_zero_are_refused(session, cai):
                                                  r"a mask"):
         session.tensor(cai(t.ptr, (8,), "<f4", mask=object(), keep=t))
     with pytest.raises(tf.ValidationError, match=r"session\.tensor: __cuda_array_interface__ "
-                                                 r"stream=0 is forbidden"):
+                                                 r"stream=0 is ambiguous"):
         session.tensor(cai(t.ptr, (8,), "<f4", stream=0, keep=t))
     with pytest.raises(tf.ValidationError, match=r"session\.tensor: x is a str"):
         session.tensor("not an array")

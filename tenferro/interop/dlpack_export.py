@@ -22,11 +22,12 @@ import struct
 import threading
 from typing import Any
 
-from . import _driver
+from .. import _driver
+from ..errors import RuntimeStateError, ValidationError
 from .dlpack import _LEGACY_TAIL, _TENSOR, _VERSIONED_HEAD, DL_CUDA, MAX_VERSION
-from .errors import RuntimeStateError, ValidationError
+from .streams import LEGACY, order_after, stream_value
 
-__all__ = ["FLAG_IS_COPIED", "dlpack_device", "export"]
+__all__ = ["FLAG_IS_COPIED", "export", "live_exports"]
 
 FLAG_IS_COPIED = 2  # DLPACK_FLAG_BITMASK_IS_COPIED
 
@@ -61,9 +62,7 @@ class _Export:
             t._context.push()
             try:
                 with _lock:
-                    _driver.event_record(s._export_event, stream, "tensor.__dlpack__ deleter")
-                    _driver.stream_wait_event(s._stream, s._export_event,
-                                              "tensor.__dlpack__ deleter")
+                    order_after(s._stream, stream, s._export_event, "tensor.__dlpack__ deleter")
             except Exception:  # the consumer's stream is gone: it cannot be waited for; be safe
                 _driver.context_synchronize()
             finally:
@@ -104,26 +103,11 @@ def live_exports() -> int:
     return len(_live)
 
 
-def dlpack_device(tensor: Any) -> tuple[int, int]:
-    """``(kDLCUDA, device ordinal)``."""
-    return (DL_CUDA, tensor.device)
-
-
 def _consumer_stream(stream: Any, op: str) -> int | None:
     """The consumer's stream as a driver handle, or None for ``-1`` (no synchronization)."""
     if stream is None:
-        return 1  # the standard: None means the legacy default stream for CUDA
-    if not isinstance(stream, int) or isinstance(stream, bool):
-        raise ValidationError(f"{op}: {stream=} must be None or an int (1, 2, a stream "
-                              "handle, or -1)")
-    if stream == -1:
-        return None
-    if stream == 0:
-        raise ValidationError(f"{op}: stream=0 is ambiguous and refused by the DLPack standard; "
-                              "pass 1 for the legacy default stream or 2 for per-thread")
-    if stream < -1:
-        raise ValidationError(f"{op}: {stream=} is not a stream")
-    return stream  # 1 and 2 are CU_STREAM_LEGACY and CU_STREAM_PER_THREAD as driver handles
+        return LEGACY  # the standard: None means the legacy default stream for CUDA
+    return stream_value(stream, "stream", op, no_sync=True)
 
 
 def _version(max_version: Any, op: str) -> tuple[int, int] | None:
@@ -182,8 +166,7 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
             tensor._context.push()
         try:
             with _lock:
-                _driver.event_record(s._export_event, s._stream, op)
-                _driver.stream_wait_event(consumer, s._export_event, op)
+                order_after(consumer, s._stream, s._export_event, op)
         finally:
             if not same_thread:
                 tensor._context.pop()

@@ -1,39 +1,18 @@
-"""Reading foreign device arrays: the CUDA Array Interface (v2/v3) and DLPack.
-
-Both readers return a `Foreign` record: pointer, shape, strides in bytes, scalar type, whether
-the producer marked it read-only, the producer's stream (to order after, never to host-sync
-on), and the object that keeps the memory alive. The session checks the rest (device, host
-memory, dtype, strides) the same way for every producer.
-"""
+"""Reading the CUDA Array Interface (versions 2 and 3) into a `Foreign` record."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .dtypes import ScalarType
-from .errors import ValidationError
-from .spans import c_strides
+from .. import dtypes
+from ..errors import ValidationError
+from ..spans import c_strides
+from .foreign import Foreign
+from .streams import stream_value
 
-__all__ = ["Foreign", "read_cai"]
-
-
-@dataclass(slots=True)
-class Foreign:
-    """What a producer told us about its array."""
-
-    ptr: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    scalar_type: ScalarType
-    readonly: bool
-    stream: int | None  # the producer's stream handle to order after; None: nothing to wait for
-    owner: Any
-    device: int | None = None  # the producer's own claim (DLPack); CAI does not say
-    ordered: bool = True  # False for CAI v2: the producer said nothing about its stream
+__all__ = ["read_cai"]
 
 
 def _int_tuple(v: Any, what: str, op: str) -> tuple[int, ...]:
@@ -48,7 +27,7 @@ def read_cai(x: Any, op: str) -> Foreign:
     """Read ``x.__cuda_array_interface__`` (versions 2 and 3).
 
     Refused (`ValidationError`): a ``mask``, a malformed shape/strides/data, a typestr the
-    device has no type for, and ``stream=0`` (which v3 forbids as ambiguous).
+    device has no type for, and a ``stream`` the stream rule refuses (0: ambiguous).
     """
     try:
         cai = x.__cuda_array_interface__
@@ -90,13 +69,7 @@ def read_cai(x: Any, op: str) -> Foreign:
         if len(strides) != len(shape):
             raise ValidationError(f"{op}: __cuda_array_interface__ strides={strides} do not "
                                   f"match shape={shape}")
-    stream = cai.get("stream") if version >= 3 else None
-    if stream is not None:
-        if not isinstance(stream, (int, np.integer)) or isinstance(stream, bool):
-            raise ValidationError(f"{op}: __cuda_array_interface__ {stream=} must be an int "
-                                  "or None")
-        if stream == 0:
-            raise ValidationError(f"{op}: __cuda_array_interface__ stream=0 is forbidden by "
-                                  "version 3 (ambiguous); the producer must give 1, 2 or a handle")
-        stream = int(stream)
-    return Foreign(ptr, shape, strides, t, readonly, stream, x, ordered=version >= 3)
+    # v2 has no stream to order after; v3 forbids 0 (ambiguous) as every stream value does.
+    stream = stream_value(cai.get("stream"), "__cuda_array_interface__ stream", op) \
+        if version >= 3 else None
+    return Foreign(ptr, shape, strides, t, readonly, stream, x)

@@ -13,10 +13,10 @@ import ctypes
 import struct
 from typing import Any
 
-from . import dtypes
-from .errors import ValidationError
-from .interop import Foreign
-from .spans import c_strides
+from .. import dtypes
+from ..errors import ValidationError
+from ..spans import c_strides
+from .foreign import Foreign
 
 __all__ = ["DL_CUDA", "DL_CUDA_MANAGED", "MAX_VERSION", "read_capsule", "read_dlpack"]
 
@@ -29,62 +29,12 @@ _LEGACY, _LEGACY_USED = b"dltensor", b"used_dltensor"
 _VERSIONED, _VERSIONED_USED = b"dltensor_versioned", b"used_dltensor_versioned"
 
 
-class DLDevice(ctypes.Structure):
-    """dlpack.h DLDevice."""
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # a managed tensor's deleter
 
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class DLDataType(ctypes.Structure):
-    """dlpack.h DLDataType."""
-
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class DLTensor(ctypes.Structure):
-    """dlpack.h DLTensor."""
-
-    _fields_ = (
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    )
-
-
-_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-class DLManagedTensor(ctypes.Structure):
-    """dlpack.h DLManagedTensor (legacy, before 1.0)."""
-
-    _fields_ = (("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p))
-
-
-class DLPackVersion(ctypes.Structure):
-    """dlpack.h DLPackVersion."""
-
-    _fields_ = (("major", ctypes.c_uint32), ("minor", ctypes.c_uint32))
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    """dlpack.h DLManagedTensorVersioned (1.0 and later)."""
-
-    _fields_ = (("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
-                ("dl_tensor", DLTensor))
-
-
-# The same structures as flat little-endian layouts, read and written in one step.
+# dlpack.h's structures as flat little-endian layouts, read and written in one step.
 _TENSOR = struct.Struct("<QiiiBBHQQQ")  # DLTensor: data, device, ndim, dtype, shape, strides, off
 _VERSIONED_HEAD = struct.Struct("<IIQQQ")  # version, manager_ctx, deleter, flags; then DLTensor
 _LEGACY_TAIL = struct.Struct("<QQ")  # DLTensor first; then manager_ctx, deleter
-assert _TENSOR.size == ctypes.sizeof(DLTensor)
-assert _VERSIONED_HEAD.size == DLManagedTensorVersioned.dl_tensor.offset
 
 _api = ctypes.pythonapi
 _api.PyCapsule_IsValid.restype = ctypes.c_int

@@ -1,0 +1,75 @@
+"""Streams across libraries: the one rule for stream values, the one way to order streams.
+
+A stream value is read the same way everywhere (``Session(stream=...)``, a CAI v3 ``stream``,
+the ``stream`` argument of ``Tensor.__dlpack__``):
+
+- ``1`` is the legacy default stream and ``2`` the per-thread default stream (the driver's
+  ``CU_STREAM_LEGACY`` and ``CU_STREAM_PER_THREAD`` handles); any larger int is a stream handle.
+- ``0`` is refused: the DLPack standard and CAI v3 call it ambiguous (legacy or per-thread?).
+- ``None`` and ``-1`` mean what the caller's protocol says (no stream of its own, "do not
+  synchronize"); `stream_value` refuses them unless the caller allows them.
+- an object with ``__cuda_stream__`` (protocol version 0) stands for its handle, where the
+  caller accepts objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _driver
+from ..errors import ValidationError
+
+__all__ = ["LEGACY", "PER_THREAD", "order_after", "stream_value"]
+
+LEGACY, PER_THREAD = 1, 2
+_HANDLE_END = 1 << 64
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
+                 no_sync: bool = False) -> int | None:
+    """``value`` as a driver stream handle by the rule above.
+
+    A refusal is a `ValidationError` naming ``op`` and ``what`` (the argument's name).
+    ``objects``: accept an object with ``__cuda_stream__``. ``no_sync``: accept ``-1`` and
+    return None for it. ``None`` is returned as None.
+    """
+    if value is None:
+        return None
+    if objects and hasattr(value, "__cuda_stream__"):
+        try:
+            got = value.__cuda_stream__()
+        except Exception as exc:
+            raise ValidationError(f"{op}: {what}.__cuda_stream__() raised {exc!r}") from exc
+        if not (isinstance(got, tuple) and len(got) == 2 and _is_int(got[0]) and got[0] == 0
+                and _is_int(got[1]) and 0 <= got[1] < _HANDLE_END):
+            raise ValidationError(f"{op}: {what}.__cuda_stream__() returned {got!r}; expected "
+                                  "(0, handle): protocol version 0 and a stream handle >= 0")
+        value = got[1]
+    if not _is_int(value):
+        kinds = "None, an int" + (" or an object with __cuda_stream__" if objects else "")
+        raise ValidationError(f"{op}: {what}={value!r} must be {kinds}")
+    value = int(value)
+    if value == -1 and no_sync:
+        return None
+    if value == 0:
+        raise ValidationError(f"{op}: {what}=0 is ambiguous (the legacy or the per-thread "
+                              "default stream?); pass 1 for the legacy default stream or 2 for "
+                              "the per-thread one")
+    if not 0 < value < _HANDLE_END:
+        raise ValidationError(f"{op}: {what}={value} is not a stream handle")
+    return value
+
+
+def order_after(waiter: int, producer: int, event: int, op: str) -> None:
+    """Make ``waiter`` wait for the work enqueued on ``producer`` so far, host unblocked.
+
+    ``event`` is recorded on ``producer``; it may be reused once the wait is enqueued.
+    """
+    _driver.event_record(event, producer, op)
+    _driver.stream_wait_event(waiter, event, op)

@@ -1,0 +1,49 @@
+"""The one rule for stream values (tenferro.interop.streams), on every side of each boundary."""
+
+import numpy as np
+import pytest
+
+import tenferro as tf
+from tenferro.interop import stream_value
+
+
+class _Obj:
+    def __init__(self, ret):
+        self.ret = ret
+
+    def __cuda_stream__(self):
+        return self.ret
+
+
+@pytest.mark.parametrize(("value", "kw", "want"), [
+    (1, {}, 1), (2, {}, 2), (3, {}, 3), (np.int64(0x1000), {}, 0x1000),
+    ((1 << 64) - 1, {}, (1 << 64) - 1), (None, {}, None), (-1, {"no_sync": True}, None),
+    (_Obj((0, 0x20)), {"objects": True}, 0x20), (_Obj((0, 1)), {"objects": True}, 1),
+])
+def test_values_accepted(value, kw, want):
+    assert stream_value(value, "stream", "op", **kw) == want
+
+
+@pytest.mark.parametrize(("value", "kw", "msg"), [
+    (0, {}, r"stream=0 is ambiguous .*pass 1 for the legacy default stream or 2"),
+    (-1, {}, r"stream=-1 is not a stream handle"),
+    (-2, {"no_sync": True}, r"stream=-2 is not a stream handle"),
+    (1 << 64, {}, r"stream=18446744073709551616 is not a stream handle"),
+    (True, {}, r"stream=True must be None, an int$"),
+    ("1", {}, r"stream='1' must be None, an int$"),
+    (_Obj((0, 0x20)), {}, r"stream=<.*_Obj.*> must be None, an int$"),
+    (_Obj((0, 0x20)), {"no_sync": True}, r"stream=<.*_Obj.*> must be None, an int$"),
+    (_Obj((1, 0x20)), {"objects": True}, r"stream\.__cuda_stream__\(\) returned \(1, 32\)"),
+    (_Obj((0, 0)), {"objects": True}, r"stream=0 is ambiguous"),
+])
+def test_values_refused(value, kw, msg):
+    with pytest.raises(tf.ValidationError, match=r"^op: " + msg):
+        stream_value(value, "stream", "op", **kw)
+
+
+def test_session_follows_the_rule():
+    with pytest.raises(tf.ValidationError, match=r"^Session: stream=0 is ambiguous"):
+        tf.Session(stream=0)
+    with pytest.raises(tf.ValidationError, match=r"^Session: stream=-1 is not a stream handle"):
+        tf.Session(stream=-1)
+    assert tf.Session(stream=1).is_open is False  # the legacy default stream is accepted
