@@ -123,11 +123,11 @@ class PrimaryContext:
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
-        self._dev = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
-        ctx = _check("cuDevicePrimaryCtxRetain", _cu.cuDevicePrimaryCtxRetain(self._dev))
+        self.cu_device = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+        ctx = _check("cuDevicePrimaryCtxRetain", _cu.cuDevicePrimaryCtxRetain(self.cu_device))
         self.handle = int(ctx)
-        self._ctx = ctx
-        self.name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self._dev))
+        self.cu_context = ctx
+        self.name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self.cu_device))
         self.name = self.name.split(b"\0", 1)[0].decode()
         self._attrs: dict[str, int] = {}
         self.pool = _create_pool(ordinal)
@@ -156,7 +156,7 @@ class PrimaryContext:
         if v is None:
             attr = getattr(_A, "CU_DEVICE_ATTRIBUTE_" + name)
             v = self._attrs[name] = _check(
-                "cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(attr, self._dev))
+                "cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(attr, self.cu_device))
         return v
 
     @property
@@ -170,12 +170,12 @@ class PrimaryContext:
         """Make this context current on the calling thread; return the previous one."""
         prev = _check("cuCtxGetCurrent", _cu.cuCtxGetCurrent())
         if int(prev) != self.handle:
-            _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(self._ctx))
+            _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(self.cu_context))
         return int(prev)
 
     def push(self) -> None:
         """Push this context on the calling thread (for work off the session's thread)."""
-        _check("cuCtxPushCurrent", _cu.cuCtxPushCurrent(self._ctx))
+        _check("cuCtxPushCurrent", _cu.cuCtxPushCurrent(self.cu_context))
 
     @staticmethod
     def pop() -> None:
@@ -372,10 +372,10 @@ def enable_peer_access(ctx: PrimaryContext, peer: PrimaryContext, op: str) -> bo
     key = (ctx.ordinal, peer.ordinal)
     if ctx.ordinal == peer.ordinal or key in _peer_enabled:
         return True
-    can = _check("cuDeviceCanAccessPeer", _cu.cuDeviceCanAccessPeer(ctx._dev, peer._dev))
+    can = _check("cuDeviceCanAccessPeer", _cu.cuDeviceCanAccessPeer(ctx.cu_device, peer.cu_device))
     if not can:
         return False
-    err = _cu.cuCtxEnablePeerAccess(peer._ctx, 0)[0]
+    err = _cu.cuCtxEnablePeerAccess(peer.cu_context, 0)[0]
     if err not in (_cu.CUresult.CUDA_SUCCESS,
                    _cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
         raise _fail(op, err)

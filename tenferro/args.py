@@ -21,7 +21,7 @@ from .signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signat
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 
 __all__ = [
-    "KernelArg", "PackedParams", "ParamBlock",
+    "KernelArg", "PackedParams", "ParamBlock", "check_overlaps",
     "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
 ]
 
@@ -166,7 +166,7 @@ class PackedParams:
     once.
     """
 
-    __slots__ = ("_buf", "_mv", "_prev", "_prev_spans", "_ptrs", "address", "nparams",
+    __slots__ = ("_buf", "_mv", "_ptrs", "address", "last_args", "last_spans", "nparams",
                  "offsets", "sig")
     what = "kernel"  # how refusals name the kernel
 
@@ -183,23 +183,13 @@ class PackedParams:
         base = ctypes.addressof(self._buf)
         self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
         self.address = ctypes.addressof(self._ptrs)
-        self._prev: tuple = ()
-        self._prev_spans: list = []
-
-    @property
-    def last_spans(self) -> list:
-        """The spans of the arguments packed last (held until they are replaced)."""
-        return self._prev_spans
-
-    def same_as_last(self, args: list | tuple) -> bool:
-        """True when ``args`` are the very objects (by identity) packed last."""
-        prev = self._prev
-        return len(args) == len(prev) and all(map(_is, args, prev))
+        self.last_args: tuple = ()
+        self.last_spans: list = []
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
-        self._prev = ()
-        self._prev_spans = []
+        self.last_args = ()
+        self.last_spans = []
 
     def snapshot(self) -> bytes:
         """The packed bytes as they are now, for `restore`."""
@@ -218,14 +208,14 @@ class PackedParams:
         Python number where the type is not known, a `TensorRef` where the kernel writes, and
         overlapping spans where one of them is writable.
         """
-        prev = self._prev
+        prev = self.last_args
         if len(args) == len(prev) and all(map(_is, args, prev)):
-            return self._prev_spans  # the very objects checked and packed last time
+            return self.last_spans  # the very objects checked and packed last time
         if len(args) != self.nparams:
             raise ValidationError(
                 f"{op}: {self.what} {self.sig.name!r} takes {self.nparams} argument(s), "
                 f"got {len(args)}")
-        self._prev = ()
+        self.last_args = ()
         spans: list = []
         slot = self.pack_slot
         for i in range(self.nparams):
@@ -233,8 +223,8 @@ class PackedParams:
             if span is not None:
                 spans.append(span)
         if len(spans) > 1:
-            _check_overlaps(spans, args, op)
-        self._prev, self._prev_spans = tuple(args), spans
+            check_overlaps(spans, args, op)
+        self.last_args, self.last_spans = tuple(args), spans
         return spans
 
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
@@ -324,7 +314,8 @@ def _span_positions(args: list | tuple) -> list[int]:
             if type(a) in _SPAN_TYPES or (type(a) is KernelArg and a.kind == _POINTER)]
 
 
-def _check_overlaps(spans: list, args: list | tuple, op: str) -> None:
+def check_overlaps(spans: list, args: list | tuple, op: str) -> None:
+    """Refuse spans of one launch that overlap where one of them is writable."""
     n = len(spans)
     for i in range(n):
         a = spans[i]

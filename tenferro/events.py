@@ -32,13 +32,14 @@ class Event:
             except Exception:  # never raise from a finaliser
                 pass
 
-    def _check(self, op: str) -> None:
-        if not self.session._open:
+    def check_open(self, op: str) -> None:
+        """Refuse use (naming ``op``) once the event's session has closed."""
+        if not self.session.is_open:
             raise RuntimeStateError(f"{op}: the event's session is closed")
 
     def query(self) -> bool:
         """True when the work recorded before the event has finished; never blocks."""
-        self._check("event.query")
+        self.check_open("event.query")
         try:
             return _driver.event_query(self.handle, "event.query")
         except KernelFault as exc:
@@ -46,7 +47,7 @@ class Event:
 
     def synchronize(self) -> None:
         """Block the host until the event has completed."""
-        self._check("event.synchronize")
+        self.check_open("event.synchronize")
         try:
             _driver.event_synchronize(self.handle, "event.synchronize")
         except KernelFault as exc:
@@ -60,10 +61,10 @@ class Event:
         ``end.synchronize()`` (or ``s.synchronize()``) first.
         """
         op = "event.elapsed_ms"
-        self._check(op)
+        self.check_open(op)
         if not isinstance(end, Event):
             raise ValidationError(f"{op}: end must be an Event, got {type(end).__name__}")
-        end._check(op)
+        end.check_open(op)
         if not (self.timing and end.timing):
             raise ValidationError(f"{op}: both events need timing=True "
                                   f"(start.timing={self.timing}, end.timing={end.timing})")
@@ -79,3 +80,24 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event(0x{self.handle:x}, timing={self.timing})"
+
+
+def record_event(s: Any, timing: bool = True) -> Event:
+    """Record an event at the current tail of the session's stream."""
+    op = "session.record_event"
+    s.check_use(op)
+    s.refuse_in_capture(op, "events are not captured")
+    ev = Event(s, timing)
+    _driver.event_record(ev.handle, s.stream, op)
+    return ev
+
+
+def wait_event(s: Any, event: Event) -> None:
+    """Order later work on this session's stream after ``event`` (no host block)."""
+    op = "session.wait"
+    s.check_use(op)
+    s.refuse_in_capture(op, "events are not captured")
+    if not isinstance(event, Event):
+        raise ValidationError(f"{op}: event must be an Event, got {type(event).__name__}")
+    event.check_open(op)
+    _driver.stream_wait_event(s.stream, event.handle, op)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _driver
-from .errors import BackendError, ValidationError
+from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 
 __all__ = ["Capture", "Graph"]
 
@@ -26,8 +26,8 @@ __all__ = ["Capture", "Graph"]
 class Graph:
     """An instantiated CUDA graph of a session; replay with `launch`."""
 
-    __slots__ = ("__weakref__", "_exec", "_exec_obj", "_graph", "node_count", "owners",
-                 "session")
+    __slots__ = ("__weakref__", "_exec", "_exec_obj", "_graph", "_stream_obj", "node_count",
+                 "owners", "session")
 
     def __init__(self, session: Any, graph: int, node_count: int, owners: list) -> None:
         self.session = session
@@ -37,6 +37,7 @@ class Graph:
         self._exec = _driver.graph_instantiate(graph, "session.capture")
         self._graph = graph  # owned from here on; before, the capture destroys it on failure
         self._exec_obj = _driver.graph_exec_object(self._exec)
+        self._stream_obj = _driver.stream_object(session.stream)
 
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on the session's stream (the only stream it may run on).
@@ -46,7 +47,16 @@ class Graph:
         if stream is not None:
             raise ValidationError(f"graph.launch: {stream=} is refused; a graph replays on its "
                                   "session's stream")
-        self.session.replay(self, self._exec_obj)
+        s = self.session
+        op = "graph.launch"
+        s.check_use(op)
+        if s.liveness.capturing:
+            raise RuntimeStateError(f"{op}: not during a capture")
+        try:
+            _driver.graph_launch(self._exec_obj, self._stream_obj, op)
+            s.liveness.hold(self)  # the graph and its owners live until the stream passes
+        except KernelFault as exc:
+            raise s.fault_seen(exc) from None
 
     def __del__(self) -> None:
         for h, destroy in ((getattr(self, "_exec", 0), _driver.graph_exec_destroy),
@@ -72,20 +82,33 @@ class Capture:
         self.graph: Graph | None = None
 
     def __enter__(self) -> Capture:
-        self._saved_holds = self.session.begin_capture()
+        s = self.session
+        op = "session.capture"
+        s.check_use(op)
+        if s.liveness.capturing:
+            raise RuntimeStateError(f"{op}: a capture is already running on this session")
+        _driver.capture_begin(s.stream, op)
+        self._saved_holds = s.liveness.begin_capture()
+        s.refresh_fast_path()  # every captured launch goes where its owners are collected
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         s = self.session
+        live = s.liveness
+        owners = live.end_capture(self._saved_holds)  # the stream records again, even on error
+        self._saved_holds = None
+        s.refresh_fast_path()
         try:
-            graph, owners = s.end_capture(self._saved_holds)
+            graph = _driver.capture_end(s.stream, "session.capture")
         except BackendError as end_exc:
+            if isinstance(end_exc, KernelFault):
+                end_exc = s.fault_seen(end_exc)
             if exc is not None:
                 exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
                 return
             raise
         finally:
-            self._saved_holds = None
+            live.free_deferred()
         if not graph:
             return
         try:

@@ -13,14 +13,15 @@ from typing import Any
 
 from . import _driver
 from .errors import KernelFault, ValidationError
+from .module import Function
+from .numba_kernels import NumbaKernel
 from .spans import Span
 
-__all__ = ["BoundLaunch", "LaunchConfig"]
+__all__ = ["BoundLaunch", "LaunchConfig", "check_against", "launch_checked", "launchable"]
 
 _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
 _MAX_BLOCK = (1024, 1024, 64)
-_DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_SHARED_ARG = (1 << 32) - 1  # cuLaunchKernel's sharedMemBytes is an unsigned int
 
 
@@ -123,6 +124,49 @@ def check_against(config: LaunchConfig, fn: Any, op: str) -> None:
 _get_ident = threading.get_ident
 
 
+def launchable(s: Any, fn: Any, config: Any, args: list | tuple, op: str) -> Function:
+    """The Function to launch, with the session, fn, config and args checked."""
+    s.check_use(op)
+    if not isinstance(args, (list, tuple)):
+        raise ValidationError(f"{op}: args must be a list or tuple of kernel arguments, got "
+                              f"{type(args).__name__}")
+    if type(fn) is not Function:
+        if type(fn) is not NumbaKernel:
+            raise ValidationError(f"{op}: fn must be a Function of this session, got "
+                                  f"{type(fn).__name__}")
+        if fn.session is not s:
+            raise ValidationError(f"{op}: fn is a NumbaKernel of another session")
+        fn = fn.function_for(args, op)
+    if fn.session is not s:
+        raise ValidationError(f"{op}: fn is a Function of another session")
+    if type(config) is not LaunchConfig:  # before the set lookup: a list would not hash
+        raise ValidationError(f"{op}: config must be a LaunchConfig, got "
+                              f"{type(config).__name__}")
+    if config not in fn.checked_configs:
+        check_against(config, fn, op)
+        fn.checked_configs.add(config)
+    if fn.last_config is not config:
+        fn.use_config(config, s.stream)
+    return fn
+
+
+def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
+    """`launch` when anything is new: a function, a config, a capture, another thread."""
+    op = "session.launch"
+    fn = launchable(s, fn, config, args, op)
+    block = fn.block
+    replaced = block.last_spans
+    spans = block.pack(args, s, op)
+    err = s.launcher(fn.record_address)
+    if err:
+        _driver.raise_launch_error(err, op)
+    live = s.liveness
+    if replaced and replaced is not spans:
+        live.hold(replaced)
+    live.hold(spans)  # always: a capture's graph takes its owners from here
+    s.recent_launches.append(fn.name)
+
+
 class BoundLaunch:
     """One kernel, one config, one argument list: checked and packed once by ``s.bind``.
 
@@ -140,22 +184,22 @@ class BoundLaunch:
         "_name",
         "_record",
         "_record_address",
-        "_session",
         "args",
         "config",
         "fn",
+        "session",
         "spans",
     )
 
     def __init__(self, session: Any, fn: Any, config: LaunchConfig, args: list | tuple,
                  op: str) -> None:
-        self._session = session
+        self.session = session
         self.fn = fn
         self.config = config
         self._block = fn.block.fresh()
         self.args = list(args)
         self.spans = self._block.pack(self.args, session, op)
-        self._record = _driver.LaunchRecord(fn.handle, config.dims, session._stream,
+        self._record = _driver.LaunchRecord(fn.handle, config.dims, session.stream,
                                             self._block.address)
         self._record_address = self._record.address
         self._name = fn.name
@@ -164,15 +208,15 @@ class BoundLaunch:
 
     def __call__(self) -> None:
         """Enqueue the launch on the session's stream."""
-        s = self._session
+        s = self.session
         try:
-            if not s._fast or _get_ident() != s._thread:
+            if not s.fast_path_ok or _get_ident() != s.thread:
                 self._call_checked()
                 return
             err = self._launch(self._record_address)
             if err:
                 _driver.raise_launch_error(err, "bound_launch")
-            s._last.append(self._name)
+            s.recent_launches.append(self._name)
             live = s.liveness
             if self._held_generation != live.generation:  # once per holds list, not per call
                 self._held_generation = live.generation  # before: a fence in hold moves it on
@@ -181,12 +225,12 @@ class BoundLaunch:
             raise s.fault_seen(exc) from None
 
     def _call_checked(self) -> None:
-        s = self._session
-        s._check_use("bound_launch")
+        s = self.session
+        s.check_use("bound_launch")
         err = self._launch(self._record_address)
         if err:
             _driver.raise_launch_error(err, "bound_launch")
-        s._last.append(self._name)
+        s.recent_launches.append(self._name)
         s.liveness.hold(self)  # always: during a capture the graph takes its owners from them
 
     def update(self, index: int, arg: Any) -> None:
@@ -196,11 +240,11 @@ class BoundLaunch:
         the launch as it was bound. The spans replaced stay held by the session until the
         stream has passed the launches that used them.
         """
-        from .args import _check_overlaps
+        from .args import check_overlaps
 
         op = "bound_launch.update"
-        s = self._session
-        s._check_use(op)
+        s = self.session
+        s.check_use(op)
         if not isinstance(index, int) or isinstance(index, bool) or \
                 not 0 <= index < len(self.args):
             raise ValidationError(f"{op}: {index=} is out of range for {len(self.args)} "
@@ -213,7 +257,7 @@ class BoundLaunch:
             args[index] = arg
             spans = [sp for sp in map(_span_of, args) if sp is not None]
             if span is not None and len(spans) > 1:
-                _check_overlaps(spans, args, op)
+                check_overlaps(spans, args, op)
         except BaseException:
             block.restore(saved)
             raise

@@ -21,7 +21,6 @@ from typing import Any
 
 from . import _driver
 from .errors import BackendError, CompileError, ValidationError
-from .launch import _DEFAULT_SHARED_LIMIT
 from .signature import Signature, from_driver_layout, parse_ptx, refine_with_source
 
 __all__ = ["CompiledCuda", "Function", "Module", "cache_stats", "compile_cuda"]
@@ -203,6 +202,7 @@ def _write_cache(path: Path, entry: dict) -> None:
         pass  # a read-only or full cache directory costs a recompile, never a failure
 
 
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a launch has without opting in
 _NO_CONFIG = object()  # Function.last_config before any config was checked
 _PTX_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 
@@ -254,7 +254,7 @@ class Module:
     @property
     def function_names(self) -> list[str]:
         """The kernel entries this module holds."""
-        self.session._check_use("module.function_names")
+        self.session.check_use("module.function_names")
         return self._names()
 
     def function(self, name: str) -> Function:
@@ -263,7 +263,7 @@ class Module:
         A name the module lacks is a `ValidationError` listing the entries there.
         """
         op = "module.function"
-        self.session._check_use(op)
+        self.session.check_use(op)
         if not isinstance(name, str):
             raise ValidationError(f"{op}: name must be str, got {type(name).__name__} {name!r}")
         fn = self._functions.get(name)
@@ -323,7 +323,7 @@ class Function:
         self.block = ParamBlock(sig) if block is None else block
         self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
-        self.dynamic_shared_limit = _DEFAULT_SHARED_LIMIT - self.static_shared_bytes
+        self.dynamic_shared_limit = DEFAULT_SHARED_LIMIT - self.static_shared_bytes
         self.device_shared_optin = self.session.context.attribute(
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self.checked_configs: set = set()
@@ -337,6 +337,12 @@ class Function:
         # The session makes the block forget its last arguments when it synchronizes.
         self.session.liveness.add_cache(self.block)
 
+    def use_config(self, config: Any, stream: int) -> None:
+        """Make the launcher's record for ``config`` (checked by the caller) on ``stream``."""
+        self.record = _driver.LaunchRecord(self.handle, config.dims, stream, self.block.address)
+        self.record_address = self.record.address
+        self.last_config = config
+
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""
         _driver.func_set_max_dynamic_shared(self.handle, nbytes, "session.launch")
@@ -346,3 +352,67 @@ class Function:
         params = ", ".join(p.describe() for p in self.signature.params)
         return f"Function({self.name!r}, ({params}))"
 
+
+
+# --- loading into a session, which the session delegates to ----------------------------
+
+
+def compile_module(s: Any, source: str, options: Any = None, name_expressions: Any = None,
+                   arch: str | None = None) -> Module:
+    """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it.
+
+    ``arch`` may name the device's own architecture with its ``a`` suffix (``"sm_90a"``:
+    architecture-specific instructions such as wgmma) or ``f`` suffix; any other
+    architecture is refused, since its CUBIN would not load here.
+    """
+    op = "session.compile"
+    s.check_use(op)
+    major, minor = s.context.compute_capability
+    own = f"sm_{major}{minor}"
+    if arch is None:
+        arch = own
+    elif arch not in (own, own + "a", own + "f"):
+        raise ValidationError(f"{op}: {arch=} is not this device's architecture ({own}, "
+                              f"{own}a or {own}f)")
+    r = compile_cuda(source, arch=arch, options=options,
+                     name_expressions=name_expressions,
+                     _driver_version=_driver.driver_version())
+    return Module(s, r.image, "cubin", r.signatures, r.lowered_names, op, compile_log=r.log)
+
+
+def load_ptx_module(s: Any, text: str | bytes) -> Module:
+    """Load PTX text; its ``.entry`` parameter lists become the functions' signatures."""
+    op = "session.load_ptx"
+    s.check_use(op)
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode()
+        except UnicodeDecodeError as exc:
+            raise ValidationError(f"{op}: text is not UTF-8 at byte {exc.start}; PTX is "
+                                  "ASCII text") from None
+    if not isinstance(text, str):
+        raise ValidationError(f"{op}: text must be str or bytes, got {type(text).__name__}")
+    text = text.rstrip("\0")  # a C string's terminator is fine; an inner NUL is not
+    if "\0" in text:
+        raise ValidationError(f"{op}: text has a NUL character at offset {text.find(chr(0))}; "
+                              "the driver would load only what comes before it")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{op}: text cannot be encoded at offset {exc.start}") from None
+    sigs = parse_ptx(text, op)
+    image = text.encode() + b"\0"
+    return Module(s, image, "ptx", sigs, None, op)
+
+
+def load_cubin_module(s: Any, image: bytes) -> Module:
+    """Load a CUBIN; parameter sizes come from the driver (cuFuncGetParamInfo).
+
+    A CUBIN says only each parameter's size, so any 8-byte argument fits an 8-byte slot:
+    prefer `compile` or `load_ptx` where the types should be checked.
+    """
+    op = "session.load_cubin"
+    s.check_use(op)
+    if not isinstance(image, (bytes, bytearray, memoryview)):
+        raise ValidationError(f"{op}: image must be bytes, got {type(image).__name__}")
+    return Module(s, bytes(image), "cubin", {}, None, op)

@@ -19,7 +19,7 @@ from tenferro.spans import c_strides
 
 
 class _ClosedSession:
-    _open = False
+    is_open = False
 
 
 class FakeTensor:
@@ -33,7 +33,7 @@ class FakeTensor:
         self.strides = c_strides(array.shape, array.itemsize)
         self.nbytes = array.nbytes
         self.device = 0
-        self._session = _ClosedSession()
+        self.session = _ClosedSession()
 
 
 def _managed_address(capsule, name):

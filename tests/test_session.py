@@ -200,7 +200,7 @@ def test_long_loops_do_not_hold_everything_forever(session):
     for i in range(tf.session.FENCE_EVERY * 4):  # alternating: every launch replaces the last
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
     assert 0 < len(session.liveness.held) < tf.session.FENCE_EVERY
-    _driver.stream_synchronize(session._stream, "test")
+    _driver.stream_synchronize(session.stream, "test")
     for i in range(tf.session.FENCE_EVERY + 1):
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
     assert len(session.liveness.fences) <= 2  # the fences the GPU had passed were retired

@@ -55,18 +55,18 @@ class _Export:
         t, self.tensor = self.tensor, None
         if t is None:
             return
-        s = t._session
+        s = t.session
         stream = self.consumer_stream
-        if stream is not None and s._open and t.ptr:
+        if stream is not None and s.is_open and t.ptr:
             # The consumer may have queued work on its stream that still reads this memory.
-            t._context.push()
+            t.context.push()
             try:
                 with _lock:
-                    order_after(s._stream, stream, s._export_event, "tensor.__dlpack__ deleter")
+                    order_after(s.stream, stream, s.export_event, "tensor.__dlpack__ deleter")
             except Exception:  # the consumer's stream is gone: it cannot be waited for; be safe
                 _driver.context_synchronize()
             finally:
-                t._context.pop()
+                t.context.pop()
         del t  # the Tensor frees in the session's stream order (or synchronously after close)
 
 
@@ -143,33 +143,33 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
     version = _version(max_version, op)
     if not tensor.ptr and tensor.nbytes:
         raise RuntimeStateError(f"{op}: the Tensor has been freed")
-    s = tensor._session
+    s = tensor.session
     flags = 0
     if copy is True:
-        if not s._open:
+        if not s.is_open:
             raise BufferError(f"{op}: copy=True needs the Tensor's session to be open")
-        s._check_use(op)
-        s._refuse_in_capture(op, "a copy would allocate inside the graph")
-        dup = type(tensor)._allocate(s, tensor.shape, tensor.scalar_type, op)
+        s.check_use(op)
+        s.refuse_in_capture(op, "a copy would allocate inside the graph")
+        dup = type(tensor).allocate(s, tensor.shape, tensor.scalar_type, op)
         if tensor.nbytes:
-            _driver.memcpy_dtod_async(dup.ptr, tensor.ptr, tensor.nbytes, s._stream, op)
+            _driver.memcpy_dtod_async(dup.ptr, tensor.ptr, tensor.nbytes, s.stream, op)
         tensor, flags = dup, FLAG_IS_COPIED
-    if s._open and consumer is not None and consumer != s._stream:
+    if s.is_open and consumer is not None and consumer != s.stream:
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: not allowed during s.capture(): ordering the "
                                     "consumer's stream needs an event")
         # The consumer's stream waits for everything enqueued so far on ours. The record and
         # the wait are one step under the lock: another thread exporting must not re-record
         # the session's event in between.
-        same_thread = s._thread == threading.get_ident()
+        same_thread = s.thread == threading.get_ident()
         if not same_thread:
-            tensor._context.push()
+            tensor.context.push()
         try:
             with _lock:
-                order_after(consumer, s._stream, s._export_event, op)
+                order_after(consumer, s.stream, s.export_event, op)
         finally:
             if not same_thread:
-                tensor._context.pop()
+                tensor.context.pop()
     return _make_capsule(tensor, version, flags, consumer)
 
 

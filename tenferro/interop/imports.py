@@ -1,0 +1,107 @@
+"""Span import: a Tensor, a span or a foreign device array as a checked span of a session.
+
+`import_span` is what ``s.tensor``, ``s.tensor_mut``, ``s.from_dlpack`` and the memory
+operations call. A foreign producer is read by `read_foreign` (DLPack first, CAI otherwise),
+checked for device memory of the session's device, ordered before the session's stream with an
+event, then held to the rules every span follows: dtype, compact strides unless allowed, whole
+elements, the address space, no zero stride for writing, alignment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import dtypes
+from ..errors import KernelFault, ValidationError
+from ..spans import DeviceBytes, Span, TensorMut, TensorRef
+from ..tensor import Tensor
+from .foreign import check_memory, read_foreign
+from .streams import order_after
+
+__all__ = ["import_span"]
+
+_ADDRESS_END = 1 << 64
+
+
+def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
+                dlpack: bool = False) -> Any:
+    """A checked span of session ``s`` over ``x``: a Tensor, a span of ``s``, or a foreign array.
+
+    Every refusal the design makes for spans is made here, naming ``op``; a foreign producer's
+    stream is ordered before the session's with an event. ``dlpack`` takes a producer through
+    DLPack even where it also has a CUDA Array Interface.
+    """
+    s.check_use(op)
+    if isinstance(x, Tensor):
+        if x.session is not s:
+            _adopt_tensor(s, x, op)
+        ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x
+        readonly = False
+    elif isinstance(x, Span):
+        if x.session is not s:
+            raise ValidationError(f"{op}: x is a {type(x).__name__} of another session")
+        ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x.owner
+        readonly = not x.writable
+        if type(x) is DeviceBytes and cls is TensorMut:
+            cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
+    else:
+        f = read_foreign(x, s.stream, s.device, s.liveness.capturing, op,
+                         dlpack_only=dlpack)
+        check_memory(f, s.device, op)
+        if f.stream is not None and f.stream != s.stream:
+            s.refuse_in_capture(op, "ordering after the producer's stream needs an event; "
+                                "make the span before the capture")
+            _order_after(s, f.stream, op)
+        ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
+                                                   f.owner, f.readonly)
+    if readonly and cls is not TensorRef:
+        raise ValidationError(f"{op}: x is read-only (its producer says so); use "
+                              "s.tensor(x) to read it")
+    if dtype is not None:
+        want = dtype if isinstance(dtype, dtypes.ScalarType) else dtypes.from_numpy(dtype, op)
+        if want is not t:
+            raise ValidationError(f"{op}: dtype={want.name} was asked but x is {t.name}")
+    span = cls(ptr, shape, strides, t, s.device, owner, s)
+    if not span.is_c_contiguous:
+        if not allow_strided:
+            raise ValidationError(
+                f"{op}: x has non-compact strides={strides} (bytes) for shape={shape}; "
+                "pass allow_strided=True for a kernel that takes strides, or copy it")
+        if any(d > 1 and st % t.itemsize for d, st in zip(shape, strides, strict=True)):
+            raise ValidationError(
+                f"{op}: x has strides={strides} (bytes) that are not multiples of its "
+                f"{t.itemsize}-byte {t.name} elements; a kernel would read misplaced data")
+        if span.lo < 0 or span.hi > _ADDRESS_END:
+            raise ValidationError(
+                f"{op}: x's strides={strides} (bytes) for shape={shape} from 0x{ptr:x} "
+                "reach outside the address space; the producer described it wrongly")
+        if cls is not TensorRef and any(d > 1 and st == 0 for d, st in
+                                        zip(shape, strides, strict=True)):
+            raise ValidationError(f"{op}: x has a zero stride (a broadcast view); writes "
+                                  f"through it would race (strides={strides})")
+    elif span.hi > _ADDRESS_END:
+        raise ValidationError(f"{op}: x's {span.nbytes} bytes from 0x{ptr:x} reach outside "
+                              "the address space; the producer described it wrongly")
+    if span.nbytes and ptr % t.itemsize:
+        raise ValidationError(f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
+                              f"{t.itemsize}-byte {t.name} elements")
+    return span
+
+
+def _order_after(s: Any, stream: int, op: str) -> None:
+    """Order the session's stream after ``stream``'s work so far, without blocking the host."""
+    try:
+        order_after(s.stream, stream, s.import_event, op)
+    except KernelFault as exc:
+        raise s.fault_seen(exc) from None
+
+
+def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
+    """Take a Tensor of another session on the same device, ordered after that session."""
+    if x.device != s.device:
+        raise ValidationError(f"{op}: x lives on device {x.device}, this session is on "
+                              f"device {s.device}")
+    other = x.session
+    if other.is_open:  # the other session may still be writing it: order after its stream
+        s.refuse_in_capture(op, "a Tensor of another open session needs an event")
+        _order_after(s, other.stream, op)
