@@ -175,14 +175,14 @@ def test_launchconfig_accepts_exactly_the_cuda_limits(grid, block, smem):
 def test_no_config_or_args_reach_the_launcher_unchecked(session, rng):
     # Every launch that reaches the driver carries a record made from a checked LaunchConfig.
     fn, x, y, tx, ty = _axpy(session, rng, n=256)
-    real = session._launch
+    real = session.launcher
     seen = []
 
     def recording(address):
         seen.append(address)
         return real(address)
 
-    session._launch = recording
+    session.launcher = recording
     args = [session.tensor_mut(ty), session.tensor(tx), tf.f32(1.0), tf.u32(256)]
     cfg = tf.LaunchConfig.flat(256, 64)
     junk = [None, 0, 1, (1, 64), [1, 64], "cfg", object(), cfg.dims, tf.LaunchConfig,
