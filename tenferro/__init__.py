@@ -24,3 +24,13 @@ __all__ = [
     "cache_stats", "compile_cuda", "device_count", "f16", "f32", "f64", "from_dlpack", "i8",
     "i16", "i32", "i64", "local_device", "u8", "u16", "u32", "u64",
 ]
+
+import os as _os
+
+# The ready kernels live in the repository's top-level kernels/ and install as tenferro.kernels
+# (pyproject's package-dir). Imported from a checkout on sys.path, point the subpackage there.
+_checkout_kernels = _os.path.join(_os.path.dirname(__path__[0]), "kernels", "__init__.py")
+if not _os.path.isdir(_os.path.join(__path__[0], "kernels")) and _os.path.isfile(
+        _checkout_kernels):
+    __path__.append(_os.path.dirname(__path__[0]))
+del _checkout_kernels

@@ -65,4 +65,11 @@ def test_every_package_ships_in_the_wheel():
                  ["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(PACKAGE.parent).parts)
              for p in PACKAGE.rglob("__init__.py")}
+    found.add("tenferro.kernels")  # from the top-level kernels/, by package-dir
     assert found == listed
+
+
+def test_the_ready_kernels_are_tenferro_kernels_from_the_top_level_directory():
+    import tenferro.kernels
+
+    assert pathlib.Path(tenferro.kernels.__file__).parent == PACKAGE.parent / "kernels"

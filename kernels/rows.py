@@ -19,14 +19,11 @@ _T_TYPES = ("f32", "f64", "i32", "f16", "bf16")
 _T_CTYPES = {"f32": "float", "f64": "double", "i32": "int", "f16": "unsigned short",
              "bf16": "unsigned short"}
 _S_TYPES = ("f32", "f64", "i32")
-# Threads a row for rows of 4096 columns or more, and the kernel for rows that fit on chip:
-# "cached" (the row in shared memory; a max fold, then an exp and sum fold), "online" (the same
-# cache, one fold of running (max, sum) pairs) or "split" (SOFTMAX_REG float4 a thread in
-# registers, the rest in shared memory; rows of a multiple of 4 floats, 16-byte aligned; other
-# rows take "online"). All are tested. On the H200 (benchmarks/kernels.py --sweep, 4096 x
-# 16384 f32, 2026-12-03) split at 8 registers and 512 threads gave 4.04-4.07 TB/s (16 at 256:
-# 4.04; 4 at 512: 3.66) against 3.39 online and 3.32 cached: the register file and shared
-# memory together hold more rows an SM than shared memory alone.
+# Softmax: threads a row for rows of 4096 columns or more, and the kernel for rows that fit on
+# chip: "cached" (the row in shared memory), "online" (one fold of running (max, sum) pairs) or
+# "split" (SOFTMAX_REG float4 a thread in registers, the rest in shared memory; rows of a
+# multiple of 4 floats, 16-byte aligned, else "online"). All are tested; split at 8 registers
+# and 512 threads was fastest on the H200 sweep (benchmarks/RESULTS.md, "Ready kernels").
 SOFTMAX_WIDE_BLOCK = 512
 SOFTMAX_KERNEL = "split"
 SOFTMAX_REGS = (4, 8, 16)  # the compiled register counts of "split"
@@ -34,45 +31,20 @@ SOFTMAX_REG = 8
 _SOFTMAX = {k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>")
             for k in ("cached", "online")}
 _SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
-# The transpose tile edge (32 or 64, both compiled; 64 moved 3.69 TB/s on the H200 sweep
-# against 3.51 at 32).
+# The transpose tile edge: 32 or 64 are compiled; 64 was faster on the H200 sweep.
 TRANSPOSE_TILES = (32, 64)
 TRANSPOSE_TILE = 64
-# The scan's configurations that are compiled, and the one used: (threads a block, elements a
-# thread for 4-byte types (halved for 8-byte ones), words between tiles' status, ns between
-# polls, blocks resident an SM, 1 to load the tile with cp.async). One tile a block; an SM's
-# resident tiles are what keeps its loads in flight while blocks look back, so tile size x
-# blocks an SM is the lever (shared memory holds them: 512 x 32 floats take 66 KiB).
-# H200 sweeps (2026-12-03, 256 MiB f32; torch 2.48-2.56 TB/s in the same runs), tiles taken by
-# an atomic ticket: 512 x 32 at 2 an SM moved 2.83-2.85 TB/s, 3.14-3.17 with cp.async, and
-# 3.35-3.38 at 3 an SM with cp.async (2.42-2.44 without: 40 registers and the loads spill); at
-# about the same shared memory an SM, 512 x 24 at 4 an SM 3.31-3.34, 256 x 28 at 7 3.36, 512 x
-# 35 at 3 3.34, so the rate levels off there; 256 x 32 at 3 gave 3.19-3.23, 1024 x 16 at 2
-# 2.94-2.97. Status words a cache line apart (16) beat packed ones (2.85 against 2.57); 32
-# apart, or 200 ns between polls instead of 20, changed nothing. Tile t by block t instead of
-# the ticket (fourth session): 512 x 32 at 3 an SM 3.47, at 2 an SM 3.31, 256 x 16 at 4 2.80;
-# 512 x 24 at 4 an SM fell to 2.22 and 256 x 28 at 7 to 1.54 (both at 32 registers), so they
-# are no longer compiled. Slower each time, and not kept: reading 2, 4 or 8 tiles a lane a
-# look-back step; persistent blocks taking a ticket a tile (1.48-2.19 TB/s); persistent blocks
-# loading their next tiles while looking back (0.03-0.10 TB/s: a tile taken early is published
-# late, and the tiles after it wait in a convoy). Timed on the kernel alone (state zeroed
-# beforehand), where this kernel moved 3.51-3.52 TB/s and the same tiles only copied through
-# shared memory 3.79-3.96: persistent blocks taking tiles b, b + grid, ... with the next one
-# loading (256 x 32 at 3, 512 x 16 at 3: 3.00-3.05); a dedicated look-back warp that looks
-# back while the tile loads (3.36-3.50, no gain); 16-byte cp.async into a swizzled tile
-# (3.27-3.39, slower than 4-byte copies into the padded one); a self-clearing state in place
-# of the memset (the last block clears it: 3.27-3.37; the atomic at each tile's end costs
-# more than the memset's 2 us). Fifth session, with the L2 prefetch (SCAN_AHEAD): 256 x 32 at
-# 6 an SM 3.73 TB/s, 512 x 32 at 3 3.63 (benchmarks/RESULTS.md); bulk (TMA) copies of the tile
-# were slower (benchmarks/scan_study.py) and are not kept.
+# The scan's compiled configurations and the one used: (threads a block, elements a thread for
+# 4-byte types (halved for 8-byte ones), words between tiles' status, ns between polls, blocks
+# resident an SM, 1 to load the tile with cp.async). One tile a block, block t scans tile t;
+# tile size x blocks an SM is the lever, since an SM's resident tiles keep its loads in flight
+# while blocks look back. The sweeps behind the choice, and the variants tried and dropped, are
+# in benchmarks/RESULTS.md and benchmarks/scan_study.py.
 SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 1),
                 (256, 16, 16, 20, 4, 0), (256, 32, 16, 20, 6, 1))
 SCAN_CONFIG = (256, 32, 16, 20, 6, 1)
 # On sm_90 and later a block first asks L2 for the tile this many bytes a multiprocessor ahead
-# of its own (0: none; rows.cu's scan_single_pass). Fifth session, kernel alone on the H200
-# (benchmarks/scan_study.py, 256 MiB f32): 512 x 32 at 3 an SM went from 154 to 146-147 us
-# with 48 KiB an SM ahead (99 tiles), 148 us at 32 or 64 KiB, 153 at 96 KiB; 256 x 32 at 6
-# an SM to 142.8 us at 48 KiB (198 tiles), 143 at 64, 145.5 at 80.
+# of its own (0: none; rows.cu's scan_single_pass): 48 KiB was the best of 32-96 on the H200.
 SCAN_AHEAD = 48 << 10
 # Where SCAN_CONFIG's shared memory exceeds the device's, this one (17 KiB) is taken instead.
 SCAN_SMALL = (256, 16, 16, 20, 4, 0)
