@@ -1,4 +1,6 @@
-"""CUDA C kernels shared by the GPU tests."""
+"""Kernels shared by the GPU tests: CUDA C sources and a numba kernel."""
+
+from numba import cuda
 
 AXPY = r'''
 extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
@@ -25,3 +27,19 @@ extern "C" __global__ void gather2d(double* out, const double* x, long long rs, 
     if (r < rows && c < cols) out[r * cols + c] = x[r * rs + c * cs];
 }
 '''
+
+
+def scale_add(out, x, a, n):
+    """A numba kernel: out += a * x."""
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = out[i] + a * x[i]
+
+
+N = 50_001  # elements of the bound-launch and graph tests: not a multiple of a block
+
+
+def raw_and_numba_axpy(session):
+    """The CUDA C axpy and the numba scale_add of ``session``, ready to launch."""
+    return (session.compile(AXPY).function("axpy"),
+            session.numba_kernel(scale_add, "void(float32[::1], float32[::1], float32, int64)"))

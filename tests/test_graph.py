@@ -1,75 +1,14 @@
-"""Bound launches and graph capture/replay, on a GPU."""
+"""Graph capture and replay (tenferro.graph), on a GPU."""
 
 import gc
 import weakref
 
 import numpy as np
 import pytest
-from _sources import AXPY
-from numba import cuda
+from _sources import AXPY, N
+from _sources import raw_and_numba_axpy as _kernels
 
 import tenferro as tf
-
-
-def scale_add(out, x, a, n):
-    i = cuda.grid(1)
-    if i < n:
-        out[i] = out[i] + a * x[i]
-
-
-N = 50_001
-
-
-def _kernels(session):
-    return (session.compile(AXPY).function("axpy"),
-            session.numba_kernel(scale_add, "void(float32[::1], float32[::1], float32, int64)"))
-
-
-@pytest.mark.gpu
-def test_bound_launch_matches_launch_and_rechecks_one_slot(session, rng):
-    axpy, nk = _kernels(session)
-    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
-    x, y = session.upload(x0), session.upload(y0)
-    cfg = tf.LaunchConfig.flat(N)
-    bound = session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(0.5),
-                                     tf.u32(N)])
-    for _ in range(5):
-        bound()
-    np.testing.assert_allclose(session.download(y), y0 + 2.5 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
-    bound.update(2, tf.f32(-1.0))
-    bound()
-    np.testing.assert_allclose(session.download(y), y0 + 1.5 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] expects f32"):
-        bound.update(2, tf.f64(1.0))
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[1\] \(TensorRef\) "
-                                                 r"and|args\[0\] \(TensorMut\) and args\[1\]"):
-        bound.update(1, session.tensor(y))
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: index=7 is out of range"):
-        bound.update(7, tf.f32(1.0))
-    with pytest.raises(tf.ValidationError, match=r"session\.bind: args\[3\] expects u32"):
-        session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1),
-                                 tf.f64(1)])
-    nb = session.bind(nk, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), N])
-    nb()
-    np.testing.assert_allclose(session.download(y), y0 + 3.5 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.gpu
-def test_bound_launch_refused_after_the_block(rng):
-    from conftest import gpu_reason
-
-    if gpu_reason():
-        pytest.skip(gpu_reason())
-    with tf.Session() as s:
-        fn = s.compile(AXPY).function("axpy")
-        y = s.alloc_zeros(8, np.float32)
-        bound = s.bind(fn, tf.LaunchConfig.flat(8), [s.tensor_mut(y), s.tensor(
-            s.alloc_zeros(8, np.float32)), tf.f32(1), tf.u32(8)])
-    with pytest.raises(tf.RuntimeStateError, match=r"bound_launch: the session is closed"):
-        bound()
 
 
 @pytest.mark.gpu

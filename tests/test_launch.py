@@ -1,5 +1,8 @@
+
 import numpy as np
 import pytest
+from _sources import AXPY, N
+from _sources import raw_and_numba_axpy as _kernels
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,8 +59,6 @@ NOT_CONFIGS = [None, 0, (1, 32), "flat", object()]
 
 
 def _axpy(session, rng, n=1000):
-    from _sources import AXPY
-
     fn = session.compile(AXPY).function("axpy")
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
@@ -205,3 +206,92 @@ def test_no_config_or_args_reach_the_launcher_unchecked(session, rng):
             session.launch(fn, bad, args)
     assert len(seen) == 1
     np.testing.assert_allclose(session.download(ty), x.astype(np.float64) + y, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_bound_launch_matches_launch_and_rechecks_one_slot(session, rng):
+    axpy, nk = _kernels(session)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    cfg = tf.LaunchConfig.flat(N)
+    bound = session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(0.5),
+                                     tf.u32(N)])
+    for _ in range(5):
+        bound()
+    np.testing.assert_allclose(session.download(y), y0 + 2.5 * x0.astype(np.float64),
+                               rtol=1e-5, atol=1e-5)
+    bound.update(2, tf.f32(-1.0))
+    bound()
+    np.testing.assert_allclose(session.download(y), y0 + 1.5 * x0.astype(np.float64),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] expects f32"):
+        bound.update(2, tf.f64(1.0))
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[1\] \(TensorRef\) "
+                                                 r"and|args\[0\] \(TensorMut\) and args\[1\]"):
+        bound.update(1, session.tensor(y))
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: index=7 is out of range"):
+        bound.update(7, tf.f32(1.0))
+    with pytest.raises(tf.ValidationError, match=r"session\.bind: args\[3\] expects u32"):
+        session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1),
+                                 tf.f64(1)])
+    nb = session.bind(nk, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), N])
+    nb()
+    np.testing.assert_allclose(session.download(y), y0 + 3.5 * x0.astype(np.float64),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_bound_launch_refused_after_the_block(rng):
+    from conftest import gpu_reason
+
+    if gpu_reason():
+        pytest.skip(gpu_reason())
+    with tf.Session() as s:
+        fn = s.compile(AXPY).function("axpy")
+        y = s.alloc_zeros(8, np.float32)
+        bound = s.bind(fn, tf.LaunchConfig.flat(8), [s.tensor_mut(y), s.tensor(
+            s.alloc_zeros(8, np.float32)), tf.f32(1), tf.u32(8)])
+    with pytest.raises(tf.RuntimeStateError, match=r"bound_launch: the session is closed"):
+        bound()
+
+
+@pytest.mark.gpu
+def test_launch_refusals_on_device(session):
+    fn = session.compile(AXPY).function("axpy")
+    y = session.alloc_zeros(64, np.float32)
+    ym = session.tensor_mut(y)
+    with pytest.raises(tf.ValidationError,
+                       match=r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] "
+                             r"\(TensorRef\) overlap"):
+        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(y), tf.f32(1),
+                                                      tf.u32(64)])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a LaunchConfig"):
+        session.launch(fn, [1, 256], [ym, ym, tf.f32(1), tf.u32(64)])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] is Tensor"):
+        session.launch(fn, tf.LaunchConfig.flat(64), [y, session.tensor(y), 1.0, 64])
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
+        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(
+            session.alloc_zeros(64, np.float32)), tf.f64(1.0), tf.u32(64)])
+    with pytest.raises(tf.ValidationError, match=r"LaunchConfig: block=\(2048, 1, 1\) exceeds"):
+        tf.LaunchConfig(1, 2048)
+    with pytest.raises(tf.ValidationError, match=r"module\.function: no kernel named 'nope'.*axpy"):
+        session.compile(AXPY).function("nope")
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_memory_is_raised_and_bounded(session):
+    fn = session.compile(r'''
+    extern "C" __global__ void fill_shared(float* out) {
+        extern __shared__ float buf[];
+        buf[threadIdx.x] = threadIdx.x;
+        __syncthreads();
+        out[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+    }''').function("fill_shared")
+    out = session.upload(np.full(256, np.nan, np.float32))
+    session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=100 * 1024),
+                   [session.tensor_mut(out)])
+    np.testing.assert_array_equal(session.download(out), np.arange(255, -1, -1))
+    optin = session.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: shared_mem_bytes=.* exceeds"):
+        session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=optin + 1024),
+                       [session.tensor_mut(out)])

@@ -245,3 +245,13 @@ def test_session_compile_keeps_the_log_on_the_module(session):
         session.load_ptx("abc\0def")
     with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: the text has no \.entry"):
         session.load_ptx(SRC)
+
+
+@pytest.mark.gpu
+def test_session_compile_refuses_another_architecture(session):
+    major, minor = session.context.compute_capability
+    other = "sm_80" if (major, minor) != (8, 0) else "sm_90"
+    with pytest.raises(tf.ValidationError,
+                       match=rf"session\.compile: arch='{other}' is not this device's "
+                             rf"architecture \(sm_{major}{minor}, "):
+        session.compile("extern \"C\" __global__ void f() {}", arch=other)

@@ -1,0 +1,177 @@
+"""tenferro._liveness: holds, fences, byte fences, captures and deferred frees, without a GPU.
+
+The driver's event and free calls are replaced by a recording stand-in whose events complete
+when the test says so, so each rule is checked on both sides of its boundary.
+"""
+
+import weakref
+
+import numpy as np
+import pytest
+from _sources import AXPY
+
+import tenferro as tf
+from tenferro import _driver, _liveness
+
+
+class FakeDriver:
+    def __init__(self):
+        self.next_event = 1
+        self.recorded = []  # (event, stream)
+        self.passed = set()  # events the "GPU" has passed
+        self.freed = []
+        self.destroyed = []
+
+    def event_create(self):
+        self.next_event += 1
+        return self.next_event
+
+    def event_record(self, ev, stream, op):
+        self.recorded.append((ev, stream))
+
+    def event_query(self, ev, op):
+        return ev in self.passed
+
+    def mem_free_async(self, ptr, stream):
+        self.freed.append((ptr, stream))
+
+    def event_destroy(self, ev):
+        self.destroyed.append(ev)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    d = FakeDriver()
+    for name in ("event_create", "event_record", "event_query", "mem_free_async",
+                 "event_destroy"):
+        monkeypatch.setattr(_liveness._driver, name, getattr(d, name))
+    return d
+
+
+def test_holds_fence_every_n_and_go_when_the_gpu_has_passed(fake):
+    live = _liveness.Liveness(stream=7, fence_every=3, fence_bytes=1 << 30)
+    owners = [object() for _ in range(5)]
+    live.hold(owners[0])
+    live.hold(owners[1])  # the last hold before the count: no fence yet
+    assert fake.recorded == [] and live.held == owners[:2]
+    gen = live.generation
+    live.hold(owners[2])  # the third: a fence on the session's stream takes the list
+    assert fake.recorded == [(fake.next_event, 7)] and live.held == []
+    assert live.generation != gen
+    (ev, fenced), = live.fences
+    assert fenced == owners[:3]
+    live.hold(owners[3])
+    fake.passed.add(ev)
+    live.hold(owners[4])
+    last = object()
+    live.hold(last)  # the next fence retires the one the GPU passed
+    assert [f[1] for f in live.fences] == [[owners[3], owners[4], last]]
+    assert live.spare_events == [ev]  # its event is kept for the next fence
+
+
+def test_byte_fences(fake):
+    live = _liveness.Liveness(stream=1, fence_every=1000, fence_bytes=100)
+    live.hold("a")
+    live.allocated_bytes(99)  # one byte short of the budget
+    assert fake.recorded == []
+    live.allocated_bytes(1)  # the budget reached: a fence, and the count starts again
+    assert len(fake.recorded) == 1 and live.allocated == 0 and live.fences[0][1] == ["a"]
+
+
+def test_release_all_and_caches(fake):
+    class Cache:
+        forgot = 0
+
+        def forget(self):
+            self.forgot += 1
+
+    live = _liveness.Liveness(stream=1, fence_every=2, fence_bytes=1 << 30)
+    cache = Cache()
+    live.add_cache(cache)
+    live.hold("a")
+    live.hold("b")  # fenced
+    live.hold("c")
+    gen = live.generation
+    live.release_all()
+    assert live.held == [] and not live.fences and cache.forgot == 1
+    assert live.generation != gen and len(live.spare_events) == 1
+
+
+def test_capture_collects_apart_and_defers_frees(fake):
+    live = _liveness.Liveness(stream=3, fence_every=2, fence_bytes=1 << 30)
+    live.hold("before")
+    saved = live.begin_capture()
+    assert live.capturing and live.held == []
+    for x in ("k1", "k2", "k3"):  # past fence_every: no fence while capturing
+        live.hold(x)
+    live.defer_free(0x1000)
+    assert fake.recorded == [] and fake.freed == []
+    owners = live.end_capture(saved)
+    assert owners == ["k1", "k2", "k3"] and live.held == ["before"] and not live.capturing
+    live.free_deferred()
+    assert fake.freed == [(0x1000, 3)] and live.deferred_frees == []
+
+
+def test_close_destroys_every_event_once(fake):
+    live = _liveness.Liveness(stream=1, fence_every=1, fence_bytes=1 << 30)
+    live.retain("kept")
+    live.hold("a")  # fenced at once
+    live.hold("b")
+    events = sorted(ev for ev, _ in live.fences)
+    live.close()
+    assert sorted(fake.destroyed) == events and live.retained == [] and not live.fences
+
+
+@pytest.mark.gpu
+def test_kernel_survives_dropping_its_inputs_and_reusing_memory(session, rng):
+    """The stream-ordered free and the session's holds keep a running kernel's inputs valid."""
+    n = 1 << 18
+    fn = session.compile(AXPY).function("slow_scale")
+    x0 = rng.standard_normal(n)
+    x = session.upload(x0)
+    y = session.upload(np.full(n, np.nan))
+    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 2.5,
+                                                 n, 100_000_000])  # ~50 ms of spinning
+    del x  # the last Python reference to the input goes while the kernel still spins
+    garbage = [session.upload(rng.standard_normal(n) * 1e9) for _ in range(4)]
+    out = session.download(y)
+    np.testing.assert_array_equal(out, 2.5 * x0)
+    del garbage
+
+
+@pytest.mark.gpu
+def test_foreign_owner_is_held_until_the_stream_passes(session, cai):
+    n = 1 << 16
+    fn = session.compile(AXPY).function("slow_scale")
+    backing = session.upload(np.arange(n, dtype=np.float64))
+    producer = cai(backing.ptr, (n,), "<f8", keep=backing)
+    ref = weakref.ref(producer)
+    y = session.alloc_output((n,), np.float64)
+    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(producer),
+                                                 1.0, n, 10_000_000])
+    del producer, backing
+    assert ref() is not None, "the session must hold a foreign owner while its launch may run"
+    session.synchronize()
+    assert ref() is None, "after synchronize the session must let go"
+    np.testing.assert_array_equal(session.download(y), np.arange(n, dtype=np.float64))
+
+
+@pytest.mark.gpu
+def test_long_loops_do_not_hold_everything_forever(session):
+    fn = session.compile(AXPY).function("axpy")
+    y = session.alloc_zeros(256, np.float32)
+    xs = [session.tensor(session.alloc_zeros(256, np.float32)) for _ in range(2)]
+    ym = session.tensor_mut(y)
+    arglists = [[ym, x, tf.f32(1.0), tf.u32(256)] for x in xs]
+    for i in range(tf.session.FENCE_EVERY * 4):  # alternating: every launch replaces the last
+        session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
+    assert 0 < len(session.liveness.held) < tf.session.FENCE_EVERY
+    _driver.stream_synchronize(session.stream, "test")
+    for i in range(tf.session.FENCE_EVERY + 1):
+        session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
+    assert len(session.liveness.fences) <= 2  # the fences the GPU had passed were retired
+    same = arglists[0]
+    session.synchronize()
+    for _ in range(tf.session.FENCE_EVERY * 2):  # the very same arguments: nothing piles up
+        session.launch(fn, tf.LaunchConfig.flat(256), same)
+    assert len(session.liveness.held) <= 1 and not session.liveness.fences
