@@ -30,7 +30,7 @@ import os as _os
 # The ready kernels live in the repository's top-level kernels/ and install as tenferro.kernels
 # (pyproject's package-dir). Imported from a checkout on sys.path, point the subpackage there.
 _checkout_kernels = _os.path.join(_os.path.dirname(__path__[0]), "kernels", "__init__.py")
-if not _os.path.isdir(_os.path.join(__path__[0], "kernels")) and _os.path.isfile(
-        _checkout_kernels):
+if not _os.path.isfile(_os.path.join(__path__[0], "kernels", "__init__.py")) and _os.path.isfile(
+        _checkout_kernels):  # a stale tenferro/kernels/__pycache__ alone does not count
     __path__.append(_os.path.dirname(__path__[0]))
 del _checkout_kernels
