@@ -136,6 +136,15 @@ _CTYPES = {
     "int64_t": "i64", "uint64_t": "u64", "size_t": "u64", "ptrdiff_t": "i64",
     "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16",
 }
+# Comments, and the string and character literals a comment marker could sit in.
+_COMMENTS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def _without_comments(source: str) -> str:
+    """``source`` with each comment replaced by a space (literals are kept as they are)."""
+    return _COMMENTS.sub(lambda m: " " if m.group(0)[0] == "/" else m.group(0), source)
+
+
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__)\b")
 
 
@@ -163,7 +172,7 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
     pointer or an exact integer type, a 32-bit one gets its signedness.
     """
     out = dict(sigs)
-    for m in _GLOBAL.finditer(source):
+    for m in _GLOBAL.finditer(_without_comments(source)):
         name, arglist = m.group(1), m.group(2).strip()
         sig = sigs.get(name)
         if sig is None:

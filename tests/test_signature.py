@@ -106,3 +106,42 @@ def test_ptx_entries_parse_to_their_parameter_lists(entries, sep):
     for name, types in entries:
         got = [(p.kind, p.size, p.name) for p in sigs[name].params]
         assert got == [(*_PTX_TYPES[t], f"{name}_param_{i}") for i, t in enumerate(types)]
+
+
+# --- the C declaration reader on generated kernels, compiled by NVRTC (no GPU) -------------------
+
+_C_SCALARS = {"float": ("float", "f32"), "double": ("float", "f64"), "int": ("int", "i32"),
+              "unsigned": ("int", "u32"), "unsigned int": ("int", "u32"),
+              "long long": ("int", "i64"), "unsigned long long": ("int", "u64"),
+              "short": ("int", "i16"), "unsigned char": ("int", "u8"), "size_t": ("int", "u64"),
+              "int64_t": ("int", "i64"), "uint32_t": ("int", "u32")}
+_C_POINTEES = ["float", "const float", "double", "const int", "unsigned char"]
+_COMMENTS = ["", " /* in, out */", " // a, b (c)\n", " /* (x, y) */", " // ,\n"]
+
+
+@st.composite
+def kernel_params(draw):
+    n = draw(st.integers(0, 6))
+    params = []
+    for i in range(n):
+        if draw(st.booleans()):
+            ctype = draw(st.sampled_from(sorted(_C_SCALARS)))
+            want = _C_SCALARS[ctype]
+        else:
+            ctype = draw(st.sampled_from(_C_POINTEES)) + draw(st.sampled_from(
+                ["*", "* __restrict__"]))
+            want = ("ptr", None)
+        params.append((ctype, f"p{i}", draw(st.sampled_from(_COMMENTS)), want))
+    return params
+
+
+@settings(max_examples=25, deadline=None)
+@given(kernel_params())
+def test_c_declarations_refine_the_ptx_even_with_comments_in_the_list(params):
+    decl = ",".join(f"{c} {name}{comment}" for c, name, comment, _ in params)
+    src = ("typedef long long int64_t;\ntypedef unsigned int uint32_t;\n"
+           f'extern "C" __global__ void k({decl}) {{}}\n')
+    sig = tf.compile_cuda(src, arch="compute_90", target="ptx").signatures["k"]
+    assert sig.origin == "cuda" or not params
+    got = [(p.kind, p.scalar.name if p.scalar is not None else None) for p in sig.params]
+    assert got == [want for *_, want in params], src
