@@ -5,7 +5,6 @@ Every other module asks this table; nothing else spells a dtype.
 
 from __future__ import annotations
 
-import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +114,8 @@ def from_dlpack(code: int, bits: int, lanes: int, op: str = "dlpack") -> ScalarT
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
+_F32, _F32_BITS, _U16 = struct.Struct("<f"), struct.Struct("<I"), struct.Struct("<H")
+_BF16_NAN = _U16.pack(0x7FC0)
 _F16_MAX = 65504.0
 _BF16_MAX = 3.3895313892515355e38
 
@@ -159,32 +160,25 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
             v = float(value)
         except OverflowError:  # an int past float64's range
             raise ValidationError(f"{op}: {_short(value)} overflows {t.name}") from None
-        if t.name == "f16":
-            with np.errstate(over="ignore"):
-                h = np.float16(v)
-            if np.isinf(h) and not math.isinf(v):  # refuse only what rounds to infinity
-                raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
-                                      f"{_F16_MAX!r})")
-            return h.tobytes()
         if t.name == "bf16":
             if v != v:
-                return struct.pack("<H", 0x7FC0)
-            with np.errstate(over="ignore"):
-                bits = int(np.float32(v).view(np.uint32))
+                return _BF16_NAN
+            try:  # round to f32 first; past f32's range is past bf16's too
+                bits = _F32_BITS.unpack(_F32.pack(v))[0]
+            except OverflowError:
+                bits = 0x7F800000
             bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
             half = (bits >> 16) & 0xFFFF
-            if half & 0x7FFF == 0x7F80 and not math.isinf(v):
+            if half & 0x7FFF == 0x7F80 and v - v == 0:  # infinite, from a finite value
                 raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
                                       f"{_BF16_MAX!r})")
-            return struct.pack("<H", half)
-        if t.name == "f32":
-            with np.errstate(over="ignore"):
-                f = np.float32(v)
-            if np.isinf(f) and not math.isinf(v):
-                raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
-                                      f"{_F32_MAX!r})")
-            return f.tobytes()
-        return struct.pack(t.fmt, v)
+            return _U16.pack(half)
+        try:  # struct rounds to nearest and refuses exactly what would round to infinity
+            return struct.pack(t.fmt if t.name != "f16" else "<e", v)
+        except OverflowError:
+            limit = _F16_MAX if t.name == "f16" else _F32_MAX
+            raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
+                                  f"{limit!r})") from None
     if t.kind == "complex":
         if not isinstance(value, (int, float, complex, np.number)):
             raise ValidationError(f"{op}: {t.name} needs a number, got {value!r}")

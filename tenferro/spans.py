@@ -60,6 +60,24 @@ class Span:
                     hi += (d - 1) * st
             self.lo, self.hi = lo, hi + scalar_type.itemsize
 
+    @classmethod
+    def compact(cls, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                scalar_type: ScalarType, nbytes: int, device: int, owner: Any,
+                session: Any) -> Span:
+        """A span over ``nbytes`` of C-contiguous memory (a Tensor's): no extent to compute."""
+        span = object.__new__(cls)
+        span.ptr = ptr
+        span.shape = shape
+        span.strides = strides
+        span.scalar_type = scalar_type
+        span.device = device
+        span.owner = owner
+        span.session = session
+        span.nbytes = nbytes
+        span.lo = ptr
+        span.hi = ptr + nbytes
+        return span
+
     @property
     def dtype(self) -> np.dtype | str:
         """The numpy dtype (or the type's name where numpy has none, such as bf16)."""

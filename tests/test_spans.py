@@ -190,3 +190,21 @@ def test_cupy_negative_stride_views_read_right(session, rng):
     with pytest.raises(tf.ValidationError, match=r"session\.tensor: x has non-compact "
                                                  r"strides=\(-8,\)"):
         session.tensor(rev)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (4096,), (3, 0, 2), (7, 5, 3)])
+@pytest.mark.parametrize("cls", [tf.TensorRef, tf.TensorMut])
+def test_a_compact_span_is_the_span_the_full_constructor_makes(shape, cls):
+    from tenferro import dtypes
+    from tenferro.spans import c_strides
+
+    t = dtypes.by_name("f64")
+    strides = c_strides(shape, t.itemsize)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * t.itemsize
+    owner, session = object(), object()
+    full = cls(0x7000_0040, shape, strides, t, 3, owner, session)
+    fast = cls.compact(0x7000_0040, shape, strides, t, nbytes, 3, owner, session)
+    fields = ("ptr", "shape", "strides", "scalar_type", "device", "owner", "session", "nbytes",
+              "lo", "hi")
+    assert [getattr(fast, f) for f in fields] == [getattr(full, f) for f in fields]
+    assert type(fast) is cls and fast.is_c_contiguous

@@ -32,6 +32,9 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     DLPack even where it also has a CUDA Array Interface.
     """
     s.check_use(op)
+    if x.__class__ is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
+        # The session's own Tensor: compact, aligned by its allocation, writable, in range.
+        return cls.compact(x.ptr, x.shape, x.strides, x.scalar_type, x.nbytes, x.device, x, s)
     if isinstance(x, Tensor):
         if x.session is not s:
             _adopt_tensor(s, x, op)

@@ -1,0 +1,98 @@
+"""Host cost of the launch users write: y = 2x + y on n = 4096 float32, arguments made each call.
+
+    python3 benchmarks/user_path.py [--json user_path.json]
+
+Every method is given the tensors themselves on each call (fresh spans and scalars for
+tenferro, as the README writes it), and all run interleaved in one process with the launch
+benchmark's timer (median of batches; see benchmarks/launch.py). The anchors are cuda.core's
+``launch`` with ``data_ptr()`` ints and torch's own ``add_``; the rows with spans made once are
+the floor the fresh-argument rows are measured against, not a path users write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+import tenferro as tf  # noqa: E402
+from launch import Method, run_interleaved  # noqa: E402
+
+N = 4096
+SRC = r'''
+extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}'''
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ns = ap.parse_args()
+    import torch
+
+    torch_stream = torch.cuda.current_stream().cuda_stream
+    y, x = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+    methods: list[Method] = []
+    with tf.Session(0) as s, tf.Session(0, stream=torch_stream) as st:
+        cfg = tf.LaunchConfig.flat(N, 256)
+        fn, fn_t = s.compile(SRC).function("axpy"), st.compile(SRC).function("axpy")
+        ty, tx = s.upload(np.random.rand(N).astype(np.float32)), s.upload(
+            np.random.rand(N).astype(np.float32))
+
+        def readme(sess: tf.Session, f: tf.Function, yy: object, xx: object):
+            return lambda: sess.launch(f, cfg, [sess.tensor_mut(yy), sess.tensor(xx),
+                                                tf.f32(2.0), tf.u32(N)])
+
+        try:
+            from cuda.core import Device, LaunchConfig, ObjectCode, launch
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, ObjectCode, launch
+        dev = Device(0)
+        dev.set_current()
+
+        class _Torch:
+            def __cuda_stream__(self):
+                return (0, torch_stream)
+
+        cst = dev.create_stream(_Torch())
+        kern = ObjectCode.from_cubin(tf.compile_cuda(SRC, arch="sm_90").image).get_kernel(
+            "axpy")
+        conf = LaunchConfig(grid=(N + 255) // 256, block=256)
+        methods.append(Method("cuda.core launch, data_ptr() ints", lambda: launch(
+            cst, conf, kern, y.data_ptr(), x.data_ptr(), np.float32(2.0), np.uint32(N))))
+        methods.append(Method("torch y.add_(x, alpha=2)", lambda: y.add_(x, alpha=2)))
+        methods.append(Method("tenferro, torch tensors, own stream", readme(s, fn, y, x)))
+        methods.append(Method("tenferro, torch tensors, torch's stream",
+                              readme(st, fn_t, y, x)))
+        methods.append(Method("tenferro, tf.Tensors, fresh spans", readme(s, fn, ty, tx)))
+        reused = [s.tensor_mut(ty), s.tensor(tx), tf.f32(2.0), tf.u32(N)]
+        methods.append(Method("tenferro, spans made once (floor)",
+                              lambda: s.launch(fn, cfg, reused)))
+
+        def sync() -> None:
+            s.synchronize()
+            st.synchronize()
+            torch.cuda.synchronize()
+
+        out = run_interleaved(methods, sync, rounds=40)
+    base = out["cuda.core launch, data_ptr() ints"][0]
+    print(f"{'method':<42} {'median us':>10} {'x cuda.core':>12}")
+    for name, (med, _) in out.items():
+        print(f"{name:<42} {med:>10.2f} {med / base:>12.2f}")
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump({k: v[0] for k, v in out.items()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
