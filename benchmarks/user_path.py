@@ -22,8 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-import tenferro as tf  # noqa: E402
 from launch import Method, run_interleaved  # noqa: E402
+
+import tenferro as tf  # noqa: E402
 
 N = 4096
 SRC = r'''
