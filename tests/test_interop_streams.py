@@ -41,9 +41,14 @@ def test_values_refused(value, kw, msg):
         stream_value(value, "stream", "op", **kw)
 
 
+def test_a_driver_handle_of_0_is_the_legacy_default_stream():
+    # torch's default stream reports cuda_stream == 0: the driver's NULL stream, not ambiguous.
+    assert stream_value(0, "stream", "op", handle=True) == 1
+    assert stream_value(_Obj((0, 0)), "stream", "op", objects=True, handle=True) == 1
+
+
 def test_session_follows_the_rule():
-    with pytest.raises(tf.ValidationError, match=r"^Session: stream=0 is ambiguous"):
-        tf.Session(stream=0)
+    assert tf.Session(stream=0).is_open is False  # the NULL stream: accepted
     with pytest.raises(tf.ValidationError, match=r"^Session: stream=-1 is not a stream handle"):
         tf.Session(stream=-1)
     assert tf.Session(stream=1).is_open is False  # the legacy default stream is accepted

@@ -5,7 +5,9 @@ the ``stream`` argument of ``Tensor.__dlpack__``):
 
 - ``1`` is the legacy default stream and ``2`` the per-thread default stream (the driver's
   ``CU_STREAM_LEGACY`` and ``CU_STREAM_PER_THREAD`` handles); any larger int is a stream handle.
-- ``0`` is refused: the DLPack standard and CAI v3 call it ambiguous (legacy or per-thread?).
+- ``0`` inside a protocol (a CAI v3 ``stream``, ``__dlpack__(stream=0)``) is refused: those
+  standards call it ambiguous. Given as a driver handle (``Session(stream=0)``, what torch's
+  default stream reports as ``cuda_stream``) it is the NULL stream, the legacy default: ``1``.
 - ``None`` and ``-1`` mean what the caller's protocol says (no stream of its own, "do not
   synchronize"); `stream_value` refuses them unless the caller allows them.
 - an object with ``__cuda_stream__`` (protocol version 0) stands for its handle, where the
@@ -32,12 +34,13 @@ def _is_int(v: Any) -> bool:
 
 
 def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
-                 no_sync: bool = False) -> int | None:
+                 no_sync: bool = False, handle: bool = False) -> int | None:
     """``value`` as a driver stream handle by the rule above.
 
     A refusal is a `ValidationError` naming ``op`` and ``what`` (the argument's name).
     ``objects``: accept an object with ``__cuda_stream__``. ``no_sync``: accept ``-1`` and
-    return None for it. ``None`` is returned as None.
+    return None for it. ``handle``: the value is a driver handle, where 0 is the NULL stream
+    (returned as `LEGACY`). ``None`` is returned as None.
     """
     if value is None:
         return None
@@ -57,6 +60,8 @@ def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
     value = int(value)
     if value == -1 and no_sync:
         return None
+    if value == 0 and handle:
+        return LEGACY
     if value == 0:
         raise ValidationError(f"{op}: {what}=0 is ambiguous (the legacy or the per-thread "
                               "default stream?); pass 1 for the legacy default stream or 2 for "
