@@ -54,11 +54,18 @@ def test_scalars_refuse_wrong_kind():
         tf.f32("1")
 
 
-def test_scalars_pack_exact_bits(rng):
-    v = float(rng.standard_normal())
-    assert tf.f32(v).data == np.float32(v).tobytes()
-    assert tf.f16(v).data == np.float16(v).tobytes()
-    assert tf.i64(-5).data == struct.pack("<q", -5)
+def test_scalars_pack_exact_bits():
+    # Bit patterns written out from the IEEE formats, not computed the way the code does.
+    assert tf.f32(1.0).data == bytes.fromhex("0000803f")
+    assert tf.f32(-2.5).data == bytes.fromhex("000020c0")
+    assert tf.f32(0.1).data == bytes.fromhex("cdcccc3d")  # rounded to nearest
+    assert tf.f16(1.0).data == bytes.fromhex("003c")
+    assert tf.f16(-2.5).data == bytes.fromhex("00c1")
+    assert tf.f16(65504.0).data == bytes.fromhex("ff7b")
+    assert tf.f16(2.0 ** -24).data == bytes.fromhex("0100")  # the smallest subnormal
+    assert tf.f64(1.0).data == bytes.fromhex("000000000000f03f")
+    assert tf.i64(-5).data == bytes.fromhex("fbffffffffffffff")
+    assert tf.u16(0xABCD).data == bytes.fromhex("cdab")
     # bf16 is the top half of the f32 bits, rounded to nearest even.
     assert tf.bf16(1.0).data == struct.pack("<H", 0x3F80)
     assert tf.bf16(float.fromhex("0x1.0101p0")).data == struct.pack("<H", 0x3F81)
@@ -299,3 +306,15 @@ def test_float_factories_round_to_nearest_or_refuse_overflow(name, v):
     min_exp = {"f16": -13, "f32": -125, "f64": -1021, "bf16": -125}[name]
     ulp = 2.0 ** (max(exp, min_exp) - 1 - mant)
     assert abs(got - x) <= ulp / 2 * (1 + 1e-12) or (name == "bf16" and abs(got - x) <= ulp)
+
+
+@pytest.mark.parametrize("name", sorted(_INT_RANGES))
+def test_int_factories_at_both_ends_of_their_range(name):
+    lo, hi = _INT_RANGES[name]
+    make = getattr(tf, name)
+    signed = name.startswith("i")
+    for v in (lo, hi):  # the last values accepted, packed exactly
+        assert int.from_bytes(make(v).data, "little", signed=signed) == v
+    for v in (lo - 1, hi + 1):  # the first refused
+        with pytest.raises(tf.ValidationError, match=rf"tf\.{name}: {v} is out of range"):
+            make(v)

@@ -157,9 +157,14 @@ def test_read_only_flag_and_byte_offset_are_honoured():
         m.flags = dlpack.FLAG_READ_ONLY
         m.dl_tensor.byte_offset = 16
         m.dl_tensor.shape[0] = 4
-    cap = _altered((1, 0), change)
+    t = FakeTensor(np.arange(6, dtype=np.float64))
+    cap = dlpack_export.export(t, -1, (1, 0), None, None)
+    change(structs.DLManagedTensorVersioned.from_address(
+        _managed_address(cap, b"dltensor_versioned")))
     f = dlpack.read_capsule(cap, "op")
-    assert f.readonly and f.shape == (4,) and f.ptr % 8 == 0
+    # The offset moves the pointer by exactly 16 bytes: the span starts at element 2.
+    assert f.readonly and f.shape == (4,) and f.ptr == t.ptr + 16
+    assert np.frombuffer(ctypes.string_at(f.ptr, 32), np.float64).tolist() == [2.0, 3.0, 4.0, 5.0]
     f.owner.release()
 
 

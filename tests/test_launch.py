@@ -295,3 +295,66 @@ def test_dynamic_shared_memory_is_raised_and_bounded(session):
     with pytest.raises(tf.ValidationError, match=r"session\.launch: shared_mem_bytes=.* exceeds"):
         session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=optin + 1024),
                        [session.tensor_mut(out)])
+
+
+# --- exact boundaries of the config and of the checks against a function, without a GPU --------
+
+@pytest.mark.parametrize(("grid", "block", "ok"), [
+    ((2**31 - 1, 65535, 65535), (1024, 1, 1), True),   # every grid limit, reached
+    ((2**31, 1, 1), 1, False), ((1, 65536, 1), 1, False), ((1, 1, 65536), 1, False),
+    (1, (32, 32, 1), True), (1, (1, 1, 64), True),      # 1024 threads; z at its 64
+    (1, (1, 1, 65), False), (1, (1025,), False), (1, (1, 1025), False), (1, (33, 32), False),
+])
+def test_launchconfig_limits_on_both_sides(grid, block, ok):
+    if ok:
+        c = tf.LaunchConfig(grid, block)
+        assert c.threads_per_block <= 1024
+    else:
+        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: (grid|block)="):
+            tf.LaunchConfig(grid, block)
+
+
+class _Fn:
+    """What check_against reads of a Function."""
+
+    name = "k"
+
+    def __init__(self, max_threads=256, static=1024, optin=227 * 1024):
+        self.max_threads_per_block = max_threads
+        self.static_shared_bytes = static
+        self.dynamic_shared_limit = 48 * 1024 - static
+        self.device_shared_optin = optin
+        self.raised = []
+
+    def raise_dynamic_shared(self, n):
+        self.raised.append(n)
+        self.dynamic_shared_limit = n
+
+
+def test_check_against_the_functions_thread_limit():
+    from tenferro.launch import check_against
+
+    fn = _Fn(max_threads=256)
+    check_against(tf.LaunchConfig(1, 256), fn, "session.launch")  # the limit itself
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: block=\(257, 1, 1\) has 257 "
+                                                 r"threads but 'k' allows at most 256"):
+        check_against(tf.LaunchConfig(1, 257), fn, "session.launch")
+
+
+def test_check_against_raises_shared_memory_up_to_the_opt_in_limit():
+    from tenferro.launch import check_against
+
+    fn = _Fn(static=1024, optin=227 * 1024)
+    default = 48 * 1024 - 1024
+    check_against(tf.LaunchConfig(1, 32, default), fn, "session.launch")
+    assert fn.raised == []  # within the default: nothing to raise
+    check_against(tf.LaunchConfig(1, 32, default + 1), fn, "session.launch")
+    assert fn.raised == [default + 1]
+    most = 227 * 1024 - 1024
+    check_against(tf.LaunchConfig(1, 32, most), fn, "session.launch")  # the opt-in limit
+    assert fn.raised[-1] == most
+    with pytest.raises(tf.ValidationError, match=rf"session\.launch: shared_mem_bytes={most + 1} "
+                                                 rf"exceeds what 'k' can have on this device "
+                                                 rf"\({most} bytes dynamic beside 1024 static\)"):
+        check_against(tf.LaunchConfig(1, 32, most + 1), fn, "session.launch")
+    assert fn.raised[-1] == most  # the refusal raised nothing

@@ -208,3 +208,42 @@ def test_a_compact_span_is_the_span_the_full_constructor_makes(shape, cls):
               "lo", "hi")
     assert [getattr(fast, f) for f in fields] == [getattr(full, f) for f in fields]
     assert type(fast) is cls and fast.is_c_contiguous
+
+
+def _span(cls, ptr, n, session=None):
+    from tenferro import dtypes
+
+    return cls(ptr, (n,), (4,), dtypes.by_name("f32"), 0, None, session)
+
+
+def test_overlap_is_exact_to_the_byte():
+    from tenferro.spans import overlaps
+
+    a = _span(tf.TensorMut, 0x1000, 4)            # bytes 0x1000-0x100f
+    touching = _span(tf.TensorRef, 0x1010, 4)     # starts where a ends: no overlap
+    one_byte = _span(tf.TensorRef, 0x100C, 4)     # shares a's last element
+    empty = _span(tf.TensorRef, 0x1008, 0)        # inside a, but holds no byte
+    assert not overlaps(a, touching) and not overlaps(touching, a)
+    assert overlaps(a, one_byte) and overlaps(one_byte, a)
+    assert not overlaps(a, empty) and not overlaps(empty, a)
+
+
+def test_a_launch_refuses_a_span_of_another_session_and_aliasing_without_a_gpu():
+    from tenferro.args import ParamBlock
+    from tenferro.signature import parse_ptx
+
+    sig = parse_ptx(".visible .entry k(.param .u64 .ptr .global k_param_0, "
+                    ".param .u64 .ptr .global k_param_1) { ret; }")["k"]
+    block = ParamBlock(sig)
+    ours, theirs = object(), object()
+    y = _span(tf.TensorMut, 0x2000, 8, ours)
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[1\] is a TensorRef of "
+                                                 r"another session"):
+        block.pack([y, _span(tf.TensorRef, 0x3000, 8, theirs)], ours, "session.launch")
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] \(TensorMut\) and "
+                                                 r"args\[1\] \(TensorRef\) overlap in memory"):
+        block.pack([y, _span(tf.TensorRef, 0x201C, 8, ours)], ours, "session.launch")
+    spans = block.pack([y, _span(tf.TensorRef, 0x2020, 8, ours)], ours, "session.launch")
+    assert [s.ptr for s in spans] == [0x2000, 0x2020]  # touching is fine; the bytes are packed
+    assert bytes(block.snapshot()[:16]) == (0x2000).to_bytes(8, "little") + \
+        (0x2020).to_bytes(8, "little")
