@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import ValidationError
 
-__all__ = ["ScalarType", "by_name", "from_dlpack", "from_numpy", "SCALAR_TYPES"]
+__all__ = ["ScalarType", "by_name", "from_dlpack", "from_numpy", "is_int", "SCALAR_TYPES"]
 
 # DLPack type codes (dlpack.h DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
@@ -79,6 +79,11 @@ SCALAR_TYPES: tuple[ScalarType, ...] = (
 _BY_NAME = {t.name: t for t in SCALAR_TYPES}
 _BY_NUMPY = {t.numpy: t for t in SCALAR_TYPES if t.numpy is not None}
 _BY_DL = {(t.dl_code, t.dl_bits): t for t in SCALAR_TYPES}
+
+
+def is_int(v: Any) -> bool:
+    """True for a Python or numpy integer that is not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def by_name(name: str) -> ScalarType:

@@ -109,7 +109,6 @@ class Session:
                 _driver.stream_destroy(self.stream)
             _driver.set_current(self._prev_ctx)
             raise
-        self._sobj = _driver.stream_object(self.stream)
         self.liveness.stream = self.stream
         self.launcher = _driver.launcher()
         self.thread = threading.get_ident()

@@ -14,7 +14,9 @@ import numpy as np
 
 from .dtypes import ScalarType
 
-__all__ = ["DeviceBytes", "Span", "TensorMut", "TensorRef"]
+__all__ = ["ADDRESS_END", "DeviceBytes", "Span", "TensorMut", "TensorRef"]
+
+ADDRESS_END = 1 << 64  # one past the last byte a 64-bit pointer can name
 
 
 class Span:

@@ -16,7 +16,9 @@ import numpy as np
 
 from . import _driver, dtypes
 from .dtypes import ScalarType
+from .dtypes import is_int as _is_int
 from .errors import RuntimeStateError, ValidationError
+from .spans import ADDRESS_END as _ADDRESS_END
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, c_strides, overlaps
 
 __all__ = ["Tensor"]
@@ -162,8 +164,6 @@ def _import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op:
     return import_span(s, x, cls, dtype, allow_strided, op)
 
 
-_ADDRESS_END = 1 << 64
-
 
 def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
@@ -176,10 +176,6 @@ def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
                for d in shape):
         raise ValidationError(f"{op}: {shape=} must be a tuple of ints >= 0")
     return tuple(int(d) for d in shape)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def new_tensor(s: Any, shape: Any, dtype: Any, op: str) -> Tensor:

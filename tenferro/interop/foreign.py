@@ -15,10 +15,9 @@ import numpy as np
 from .. import _driver
 from ..dtypes import ScalarType
 from ..errors import RuntimeStateError, ValidationError
+from ..spans import ADDRESS_END as _ADDRESS_END
 
 __all__ = ["Foreign", "check_memory", "read_foreign"]
-
-_ADDRESS_END = 1 << 64
 
 
 @dataclass(slots=True)

@@ -13,14 +13,13 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import KernelFault, ValidationError
+from ..spans import ADDRESS_END as _ADDRESS_END
 from ..spans import DeviceBytes, Span, TensorMut, TensorRef
 from ..tensor import Tensor
 from .foreign import check_memory, read_foreign
 from .streams import order_after
 
 __all__ = ["import_span"]
-
-_ADDRESS_END = 1 << 64
 
 
 def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,

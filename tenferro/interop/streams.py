@@ -18,19 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .. import _driver
+from ..dtypes import is_int as _is_int
 from ..errors import ValidationError
+from ..spans import ADDRESS_END as _HANDLE_END
 
 __all__ = ["LEGACY", "PER_THREAD", "order_after", "stream_value"]
 
 LEGACY, PER_THREAD = 1, 2
-_HANDLE_END = 1 << 64
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
