@@ -331,10 +331,11 @@ def copy_peer(s: Any, dst: Any, src: Any) -> None:
         # stream may wait on an event of another context.
         ctx.push()
         try:
+            from .interop.streams import order_after  # interop sits below tensor
+
             ev = _driver.event_create()
             try:
-                _driver.event_record(ev, other.stream, op)
-                _driver.stream_wait_event(s.stream, ev, op)
+                order_after(s.stream, other.stream, ev, op)
             finally:
                 _driver.event_destroy(ev)  # released once the wait has been satisfied
         finally:
