@@ -249,8 +249,8 @@ def main() -> int:
 
         def njit_bare():
             launch = _driver.launcher()
-            fn.block.pack(args, s, "bench")
-            rec = _driver.LaunchRecord(fn.handle, cfg.dims, stream, fn.block.address)
+            fn.param_block.pack(args, s, "bench")
+            rec = _driver.LaunchRecord(fn.handle, cfg.dims, stream, fn.param_block.address)
             addr = rec.address
             return (lambda: launch(addr)), {}
 

@@ -2,7 +2,8 @@
 
 Every call is checked here: a failing CUresult becomes a `BackendError` naming the operation and
 the CUresult; an asynchronous kernel fault becomes a `KernelFault`. Handles cross this seam as
-plain ``int``s; nothing above it sees a CUresult or a binding object.
+plain ``int``s; nothing above it sees a binding object, and a launch's result code is an int that
+only `raise_launch_error` reads. ``__all__`` lists what the other modules use.
 """
 
 from __future__ import annotations
@@ -13,10 +14,56 @@ from typing import Any, ClassVar
 
 from .errors import BackendError, KernelFault, RuntimeStateError
 
-__all__ = [
+__all__ = [  # what the other modules use; nothing else crosses the seam
+    "ExecutableGraph",
+    "LaunchRecord",
+    "MEMORY_DEVICE",
+    "MEMORY_HOST",
     "PrimaryContext",
+    "capture_begin",
+    "capture_end",
+    "context_synchronize",
+    "cuda_include_dirs",
+    "default_pool_release_threshold",
+    "device_count",
     "driver_version",
+    "enable_peer_access",
     "ensure_init",
+    "event_create",
+    "event_destroy",
+    "event_elapsed_ms",
+    "event_query",
+    "event_record",
+    "event_synchronize",
+    "func_attribute",
+    "func_param_layout",
+    "func_set_max_dynamic_shared",
+    "graph_destroy",
+    "graph_node_count",
+    "kernel_function",
+    "launcher",
+    "mem_free",
+    "mem_free_async",
+    "mem_get_info",
+    "memcpy_dtod_async",
+    "memcpy_dtoh_async",
+    "memcpy_htod_async",
+    "memcpy_peer_async",
+    "memset_d8_async",
+    "module_function_names",
+    "module_get_function",
+    "module_load_data",
+    "module_unload",
+    "nvrtc_compile",
+    "nvrtc_version",
+    "pointer_info",
+    "raise_launch_error",
+    "set_current",
+    "stream_context",
+    "stream_create",
+    "stream_destroy",
+    "stream_synchronize",
+    "stream_wait_event",
 ]
 
 try:  # cuda-bindings is a dependency, but a broken install must still say so clearly.
@@ -123,14 +170,14 @@ class PrimaryContext:
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
-        self.cu_device = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
-        ctx = _check("cuDevicePrimaryCtxRetain", _cu.cuDevicePrimaryCtxRetain(self.cu_device))
-        self.handle = int(ctx)
-        self.cu_context = ctx
-        self.name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self.cu_device))
-        self.name = self.name.split(b"\0", 1)[0].decode()
+        self._device = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+        self._context = _check("cuDevicePrimaryCtxRetain",
+                               _cu.cuDevicePrimaryCtxRetain(self._device))
+        self.handle = int(self._context)
+        name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self._device))
+        self.name = name.split(b"\0", 1)[0].decode()
         self._attrs: dict[str, int] = {}
-        self.pool = _create_pool(ordinal)
+        self._pool = _create_pool(ordinal)
 
     @classmethod
     def get(cls, ordinal: int, op: str = "session") -> PrimaryContext:
@@ -156,7 +203,7 @@ class PrimaryContext:
         if v is None:
             attr = getattr(_A, "CU_DEVICE_ATTRIBUTE_" + name)
             v = self._attrs[name] = _check(
-                "cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(attr, self.cu_device))
+                "cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(attr, self._device))
         return v
 
     @property
@@ -170,12 +217,30 @@ class PrimaryContext:
         """Make this context current on the calling thread; return the previous one."""
         prev = _check("cuCtxGetCurrent", _cu.cuCtxGetCurrent())
         if int(prev) != self.handle:
-            _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(self.cu_context))
+            _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(self._context))
         return int(prev)
+
+    def alloc_async(self, nbytes: int, stream: int, op: str) -> int:
+        """Stream-ordered allocation of ``nbytes`` (at least 1) from tenferro's pool."""
+        return int(_check(op, _cu.cuMemAllocFromPoolAsync(max(nbytes, 1), self._pool,
+                                                          _cu.CUstream(stream))))
+
+    def pool_stats(self) -> dict[str, int]:
+        """Bytes the pool holds from the device (reserved) and hands out (used), now and peak."""
+        out = {}
+        for key, attr in _POOL_STATS.items():
+            v = _check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
+                self._pool, getattr(_cu.CUmemPool_attribute, attr)))
+            out[key] = int(v)
+        return out
+
+    def trim_pool(self, keep_bytes: int, op: str) -> None:
+        """Give the device back the pool's unused memory, keeping at least ``keep_bytes``."""
+        _check(op, _cu.cuMemPoolTrimTo(self._pool, keep_bytes))
 
     def push(self) -> None:
         """Push this context on the calling thread (for work off the session's thread)."""
-        _check("cuCtxPushCurrent", _cu.cuCtxPushCurrent(self.cu_context))
+        _check("cuCtxPushCurrent", _cu.cuCtxPushCurrent(self._context))
 
     @staticmethod
     def pop() -> None:
@@ -188,8 +253,8 @@ def _create_pool(ordinal: int) -> Any:
 
     Its own, so the device's default pool (which torch, CuPy and numba may use) keeps its
     settings. Freed memory stays in it between synchronizes (allocation then costs
-    microseconds, as in torch's caching allocator) until `mem_pool_trim` gives it back; sessions
-    trim it when they close.
+    microseconds, as in torch's caching allocator) until `PrimaryContext.trim_pool` gives it
+    back; sessions trim it when they close.
     """
     props = _cu.CUmemPoolProps()
     props.allocType = _cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
@@ -211,15 +276,6 @@ _POOL_STATS = {
 }
 
 
-def mem_pool_stats(pool: Any) -> dict[str, int]:
-    """Bytes the pool holds from the device (reserved) and hands out (used), now and at peak."""
-    out = {}
-    for key, attr in _POOL_STATS.items():
-        v = _check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
-            pool, getattr(_cu.CUmemPool_attribute, attr)))
-        out[key] = int(v)
-    return out
-
 
 def mem_get_info() -> tuple[int, int]:
     """(free, total) bytes of the current context's device."""
@@ -234,10 +290,6 @@ def default_pool_release_threshold(ordinal: int) -> int:
     return int(_check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
         pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
 
-
-def mem_pool_trim(pool: Any, keep_bytes: int, op: str) -> None:
-    """Give the device back the pool's unused memory, keeping at least ``keep_bytes``."""
-    _check(op, _cu.cuMemPoolTrimTo(pool, keep_bytes))
 
 
 def set_current(handle: int) -> None:
@@ -317,11 +369,6 @@ def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") ->
 
 # --- memory -----------------------------------------------------------------------------------
 
-
-def mem_alloc_async(nbytes: int, stream: int, pool: Any, op: str) -> int:
-    """Stream-ordered allocation of ``nbytes`` (at least 1) from ``pool`` on ``stream``."""
-    return int(_check(op, _cu.cuMemAllocFromPoolAsync(max(nbytes, 1), pool,
-                                                      _cu.CUstream(stream))))
 
 
 def mem_free_async(ptr: int, stream: int) -> None:
@@ -479,10 +526,6 @@ def func_param_layout(func: int) -> list[tuple[int, int]]:
 # --- launch -----------------------------------------------------------------------------------
 
 
-def stream_object(stream: int) -> Any:
-    """The binding object for a stream handle, made once and kept by the caller."""
-    return _cu.CUstream(stream)
-
 
 _launch_kernel = _cu.cuLaunchKernel if _cu is not None else None
 
@@ -507,34 +550,35 @@ def graph_node_count(graph: int) -> int:
     return int(_check("cuGraphGetNodes", res)[1])
 
 
-def graph_instantiate(graph: int, op: str) -> int:
-    """An executable graph made from ``graph``."""
-    return int(_check(op, _cu.cuGraphInstantiate(_cu.CUgraph(graph), 0)))
-
 
 def graph_destroy(graph: int) -> None:
     """Destroy a graph."""
     _check("cuGraphDestroy", _cu.cuGraphDestroy(_cu.CUgraph(graph)))
 
 
-def graph_exec_destroy(graph_exec: int) -> None:
-    """Destroy an executable graph."""
-    _check("cuGraphExecDestroy", _cu.cuGraphExecDestroy(_cu.CUgraphExec(graph_exec)))
 
 
-def graph_exec_object(graph_exec: int) -> Any:
-    """The binding object for an executable graph, made once and kept by the caller."""
-    return _cu.CUgraphExec(graph_exec)
+class ExecutableGraph:
+    """An instantiated graph bound to the stream it replays on; destroyed by `destroy`."""
 
+    __slots__ = ("_exec", "_stream", "handle")
 
-_graph_launch = _cu.cuGraphLaunch if _cu is not None else None
+    def __init__(self, graph: int, stream: int, op: str) -> None:
+        self._exec = _check(op, _cu.cuGraphInstantiate(_cu.CUgraph(graph), 0))
+        self._stream = _cu.CUstream(stream)
+        self.handle = int(self._exec)
 
+    def launch(self, op: str) -> None:
+        """Enqueue the graph on its stream."""
+        err = _cu.cuGraphLaunch(self._exec, self._stream)[0]
+        if err:
+            raise _fail(op, err)
 
-def graph_launch(exec_obj: Any, sobj: Any, op: str) -> None:
-    """Enqueue an executable graph on a stream."""
-    err = _graph_launch(exec_obj, sobj)[0]
-    if err:
-        raise _fail(op, err)
+    def destroy(self) -> None:
+        """Destroy the executable graph (once; later calls do nothing)."""
+        if self.handle:
+            self.handle = 0
+            _check("cuGraphExecDestroy", _cu.cuGraphExecDestroy(self._exec))
 
 
 _launcher: Any = None

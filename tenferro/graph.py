@@ -26,18 +26,16 @@ __all__ = ["Capture", "Graph"]
 class Graph:
     """An instantiated CUDA graph of a session; replay with `launch`."""
 
-    __slots__ = ("__weakref__", "_exec", "_exec_obj", "_graph", "_stream_obj", "node_count",
-                 "owners", "session")
+    __slots__ = ("__weakref__", "_exec", "_graph", "node_count", "owners", "session")
 
     def __init__(self, session: Any, graph: int, node_count: int, owners: list) -> None:
         self.session = session
-        self._graph = self._exec = 0
+        self._graph = 0
+        self._exec: _driver.ExecutableGraph | None = None
         self.node_count = node_count
         self.owners = owners
-        self._exec = _driver.graph_instantiate(graph, "session.capture")
+        self._exec = _driver.ExecutableGraph(graph, session.stream, "session.capture")
         self._graph = graph  # owned from here on; before, the capture destroys it on failure
-        self._exec_obj = _driver.graph_exec_object(self._exec)
-        self._stream_obj = _driver.stream_object(session.stream)
 
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on the session's stream (the only stream it may run on).
@@ -53,20 +51,21 @@ class Graph:
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: not during a capture")
         try:
-            _driver.graph_launch(self._exec_obj, self._stream_obj, op)
+            self._exec.launch(op)
             s.liveness.hold(self)  # the graph and its owners live until the stream passes
         except KernelFault as exc:
             raise s.fault_seen(exc) from None
 
     def __del__(self) -> None:
-        for h, destroy in ((getattr(self, "_exec", 0), _driver.graph_exec_destroy),
-                           (getattr(self, "_graph", 0), _driver.graph_destroy)):
-            if h:
-                try:
-                    destroy(h)
-                except Exception:  # never raise from a finaliser
-                    pass
-        self._exec = self._graph = 0
+        exec_graph, graph = getattr(self, "_exec", None), getattr(self, "_graph", 0)
+        self._exec, self._graph = None, 0
+        for destroy in (exec_graph and exec_graph.destroy,
+                        graph and (lambda: _driver.graph_destroy(graph))):
+            try:
+                if destroy:
+                    destroy()
+            except Exception:  # never raise from a finaliser
+                pass
 
     def __repr__(self) -> str:
         return f"Graph({self.node_count} node(s), {len(self.owners)} owner group(s))"

@@ -154,9 +154,9 @@ def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
     """`launch` when anything is new: a function, a config, a capture, another thread."""
     op = "session.launch"
     fn = launchable(s, fn, config, args, op)
-    block = fn.block
-    replaced = block.last_spans
-    spans = block.pack(args, s, op)
+    param_block = fn.param_block
+    replaced = param_block.last_spans
+    spans = param_block.pack(args, s, op)
     err = s.launcher(fn.record_address)
     if err:
         _driver.raise_launch_error(err, op)
@@ -178,10 +178,10 @@ class BoundLaunch:
 
     __slots__ = (
         "__weakref__",
-        "_block",
         "_held_generation",
         "_launch",
         "_name",
+        "_param_block",
         "_record",
         "_record_address",
         "args",
@@ -196,11 +196,11 @@ class BoundLaunch:
         self.session = session
         self.fn = fn
         self.config = config
-        self._block = fn.block.fresh()
+        self._param_block = fn.param_block.fresh()
         self.args = list(args)
-        self.spans = self._block.pack(self.args, session, op)
+        self.spans = self._param_block.pack(self.args, session, op)
         self._record = _driver.LaunchRecord(fn.handle, config.dims, session.stream,
-                                            self._block.address)
+                                            self._param_block.address)
         self._record_address = self._record.address
         self._name = fn.name
         self._launch = _driver.launcher()
@@ -249,17 +249,17 @@ class BoundLaunch:
                 not 0 <= index < len(self.args):
             raise ValidationError(f"{op}: {index=} is out of range for {len(self.args)} "
                                   "argument(s)")
-        block = self._block
-        saved = block.snapshot()
+        param_block = self._param_block
+        saved = param_block.snapshot()
         try:
-            span = block.pack_slot(index, arg, s, op)
+            span = param_block.pack_slot(index, arg, s, op)
             args = list(self.args)
             args[index] = arg
             spans = [sp for sp in map(_span_of, args) if sp is not None]
             if span is not None and len(spans) > 1:
                 check_overlaps(spans, args, op)
         except BaseException:
-            block.restore(saved)
+            param_block.restore(saved)
             raise
         s.liveness.hold(self.spans)  # a launch already enqueued may still read the old ones
         self.args, self.spans = args, spans

@@ -295,7 +295,6 @@ class Function:
 
     __slots__ = (
         "__weakref__",
-        "block",
         "checked_configs",
         "device_shared_optin",
         "dynamic_shared_limit",
@@ -304,6 +303,7 @@ class Function:
         "max_threads_per_block",
         "module",
         "name",
+        "param_block",
         "record",
         "record_address",
         "session",
@@ -312,7 +312,7 @@ class Function:
     )
 
     def __init__(self, module: Any, name: str, handle: int, sig: Signature,
-                 block: Any = None) -> None:
+                 param_block: Any = None) -> None:
         from .args import ParamBlock  # args sits above signature; imported once here
 
         self.module = module
@@ -320,7 +320,7 @@ class Function:
         self.name = name
         self.handle = handle
         self.signature = sig
-        self.block = ParamBlock(sig) if block is None else block
+        self.param_block = ParamBlock(sig) if param_block is None else param_block
         self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
         self.dynamic_shared_limit = DEFAULT_SHARED_LIMIT - self.static_shared_bytes
@@ -334,12 +334,13 @@ class Function:
         self.last_config: Any = _NO_CONFIG
         self.record: Any = None
         self.record_address: int = 0
-        # The session makes the block forget its last arguments when it synchronizes.
-        self.session.liveness.add_cache(self.block)
+        # The session makes the parameter block forget its last arguments when it synchronizes.
+        self.session.liveness.add_cache(self.param_block)
 
     def use_config(self, config: Any, stream: int) -> None:
         """Make the launcher's record for ``config`` (checked by the caller) on ``stream``."""
-        self.record = _driver.LaunchRecord(self.handle, config.dims, stream, self.block.address)
+        self.record = _driver.LaunchRecord(self.handle, config.dims, stream,
+                                           self.param_block.address)
         self.record_address = self.record.address
         self.last_config = config
 

@@ -359,6 +359,6 @@ def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: 
                               "configuration; s.launch cannot launch it")
     specs, psig = numba_layout(tuple(kern.signature.args), name, op)
     writes = written_arrays(kern._type_annotation, len(specs))
-    block = NumbaParamBlock(name, specs, psig, writes)
+    param_block = NumbaParamBlock(name, specs, psig, writes)
     handle = _driver.kernel_function(int(cufunc.handle), op)
-    return Function(_NumbaModule(session, kern), name, handle, psig, block)
+    return Function(_NumbaModule(session, kern), name, handle, psig, param_block)

@@ -155,7 +155,7 @@ class Session:
             if self._external_stream is None:
                 _driver.stream_destroy(self.stream)
             # What the session freed goes back to the device; Tensors still held stay.
-            _driver.mem_pool_trim(self.context.pool, 0, "session.__exit__")
+            self.context.trim_pool(0, "session.__exit__")
         except Exception:  # a context poisoned by a fault refuses; the process must restart
             if not self.faulted:
                 raise
@@ -346,13 +346,13 @@ class Session:
                     _get_ident() != self.thread:
                 launch_checked(self, fn, config, args)
                 return
-            block = fn.block
-            prev = block.last_args
+            param_block = fn.param_block
+            prev = param_block.last_args
             if len(args) != len(prev) or not all(map(_is, args, prev)):
                 if not isinstance(args, (list, tuple)):
                     raise TypeError  # named below, with the refusal of len() of a non-sequence
-                replaced = block.last_spans
-                block.pack(args, self, "session.launch")
+                replaced = param_block.last_spans
+                param_block.pack(args, self, "session.launch")
                 if replaced:  # the previous launch may still be running: hold what it used
                     self.liveness.hold(replaced)
             err = self.launcher(fn.record_address)

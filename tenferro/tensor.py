@@ -62,8 +62,7 @@ class Tensor:
         self.scalar_type = t
         self.strides = c_strides(shape, t.itemsize)
         self.nbytes = n * t.itemsize
-        self.ptr = _driver.mem_alloc_async(self.nbytes, session.stream, session.context.pool,
-                                           op)
+        self.ptr = session.context.alloc_async(self.nbytes, session.stream, op)
         return self
 
     def __del__(self) -> None:
@@ -195,7 +194,7 @@ def memory_stats(s: Any) -> dict[str, int]:
     reserved for reuse until `trim_memory` or the end of the session.
     """
     s.check_use("session.memory_stats")
-    return _driver.mem_pool_stats(s.context.pool)
+    return s.context.pool_stats()
 
 
 def trim_memory(s: Any, keep_bytes: int = 0) -> None:
@@ -204,7 +203,7 @@ def trim_memory(s: Any, keep_bytes: int = 0) -> None:
     s.check_use(op)
     if not _is_int(keep_bytes) or not 0 <= keep_bytes < _ADDRESS_END:
         raise ValidationError(f"{op}: {keep_bytes=} must be an int >= 0")
-    _driver.mem_pool_trim(s.context.pool, int(keep_bytes), op)
+    s.context.trim_pool(int(keep_bytes), op)
 
 
 def alloc_output(s: Any, shape: Any, dtype: Any) -> Tensor:

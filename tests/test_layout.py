@@ -1,11 +1,20 @@
 """The package's layout rules: a part's state is its own, and session.py stays small."""
 
 import ast
+import importlib
 import pathlib
 
 import tenferro
 
 PACKAGE = pathlib.Path(tenferro.__file__).parent
+KERNELS = pathlib.Path(importlib.import_module("tenferro.kernels").__file__).parent
+
+
+def _sources():
+    """(name, path) of every module of the package and of the ready kernels."""
+    for root, prefix in ((PACKAGE, ""), (KERNELS, "kernels/")):
+        for path in sorted(root.rglob("*.py")):
+            yield prefix + str(path.relative_to(root)), path
 # numba-cuda's private kernel layout, read in the one module the design gives it to (its range
 # is pinned in pyproject.toml and tested on upgrades): no other module may reach into anything.
 NUMBA_INTERNALS = {"numba_kernels.py": {"kern._codelibrary", "kern._type_annotation"}}
@@ -30,8 +39,7 @@ def _reaches(path):
 
 def test_no_module_reaches_into_another_objects_underscore_attributes():
     reaches = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = str(path.relative_to(PACKAGE))
+    for name, path in _sources():
         allowed = NUMBA_INTERNALS.get(name, set())
         found = [(line, expr) for line, expr in _reaches(path) if expr not in allowed]
         if found:
@@ -47,6 +55,30 @@ def test_the_check_sees_a_reach():
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(src)
     assert _reaches(pathlib.Path(f.name)) == [(2, "s._held")]
+
+
+def _driver_names_used(path):
+    tree = ast.parse(path.read_text(), str(path))
+    return {(node.lineno, node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "_driver"}
+
+
+def test_the_driver_seam_lists_what_crosses_it():
+    # _driver.__all__ is the seam: every name another module uses is in it, and only _driver
+    # imports the bindings (so no binding object is made above it).
+    from tenferro import _driver
+
+    outside = {}
+    for name, path in _sources():
+        if name == "_driver.py":
+            continue
+        assert "cuda.bindings" not in path.read_text(), f"{name} imports cuda.bindings"
+        unlisted = {used for _, used in _driver_names_used(path) if used not in _driver.__all__}
+        if unlisted:
+            outside[name] = sorted(unlisted)
+    assert outside == {}, outside
+    assert all(hasattr(_driver, name) for name in _driver.__all__)
 
 
 def test_session_module_stays_small():
