@@ -15,7 +15,7 @@ from typing import Any
 
 from . import _driver
 
-__all__ = ["Liveness"]
+__all__ = ["Liveness", "retain"]
 
 
 class Liveness:
@@ -128,3 +128,10 @@ class Liveness:
             except Exception:  # a context poisoned by a fault may refuse; nothing to keep
                 pass
         self.spare_events.clear()
+
+
+def retain(s: Any, obj: Any) -> Any:
+    """Keep ``obj`` alive until the session closes; returns it."""
+    s.check_use("session.retain")
+    s.liveness.retain(obj)
+    return obj

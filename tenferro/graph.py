@@ -20,7 +20,7 @@ from typing import Any
 from . import _driver
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 
-__all__ = ["Capture", "Graph"]
+__all__ = ["Capture", "Graph", "capture"]
 
 
 class Graph:
@@ -123,3 +123,12 @@ class Capture:
             if self.graph is None:
                 _driver.graph_destroy(graph)
             raise
+
+
+def capture(s: Any) -> Capture:
+    """``with s.capture() as cap: ...``: capture the block's work; then ``cap.graph``.
+
+    ``cap.graph`` is a `Graph` to replay with ``graph.launch()``, or None when the block
+    enqueued nothing. See `tenferro.graph` for what is refused during a capture.
+    """
+    return Capture(s)

@@ -355,7 +355,7 @@ class Function:
 
 
 
-# --- loading into a session, which the session delegates to ----------------------------
+# --- loading into a session, which the session delegates to; it unloads them at its end ------
 
 
 def compile_module(s: Any, source: str, options: Any = None, name_expressions: Any = None,
@@ -378,7 +378,8 @@ def compile_module(s: Any, source: str, options: Any = None, name_expressions: A
     r = compile_cuda(source, arch=arch, options=options,
                      name_expressions=name_expressions,
                      _driver_version=_driver.driver_version())
-    return Module(s, r.image, "cubin", r.signatures, r.lowered_names, op, compile_log=r.log)
+    return s.add_module(Module(s, r.image, "cubin", r.signatures, r.lowered_names, op,
+                               compile_log=r.log))
 
 
 def load_ptx_module(s: Any, text: str | bytes) -> Module:
@@ -403,7 +404,7 @@ def load_ptx_module(s: Any, text: str | bytes) -> Module:
         raise ValidationError(f"{op}: text cannot be encoded at offset {exc.start}") from None
     sigs = parse_ptx(text, op)
     image = text.encode() + b"\0"
-    return Module(s, image, "ptx", sigs, None, op)
+    return s.add_module(Module(s, image, "ptx", sigs, None, op))
 
 
 def load_cubin_module(s: Any, image: bytes) -> Module:
@@ -416,4 +417,4 @@ def load_cubin_module(s: Any, image: bytes) -> Module:
     s.check_use(op)
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise ValidationError(f"{op}: image must be bytes, got {type(image).__name__}")
-    return Module(s, bytes(image), "cubin", {}, None, op)
+    return s.add_module(Module(s, bytes(image), "cubin", {}, None, op))

@@ -30,7 +30,7 @@ from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
 from .spans import DeviceBytes, TensorMut, TensorRef
 
-__all__ = ["NumbaKernel", "NumbaParamBlock", "numba_layout", "written_arrays"]
+__all__ = ["NumbaKernel", "NumbaParamBlock", "numba_kernel", "numba_layout", "written_arrays"]
 
 _SPAN_TYPES = (TensorRef, TensorMut, DeviceBytes)
 _ARRAY, _SCALAR_ARG = 0, 1
@@ -362,3 +362,19 @@ def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: 
     param_block = NumbaParamBlock(name, specs, psig, writes)
     handle = _driver.kernel_function(int(cufunc.handle), op)
     return Function(_NumbaModule(session, kern), name, handle, psig, param_block)
+
+
+def numba_kernel(s: Any, kernel: Any, signature: Any = None) -> Any:
+    """A numba-cuda kernel for this session, launched by `launch` like any Function.
+
+    ``kernel`` is a ``@cuda.jit`` dispatcher or a plain Python function. With a numba
+    ``signature`` (``"void(float32[::1], float32[:], float32)"``) it compiles now and returns
+    a Function; without one it returns a `NumbaKernel` that `launch` specializes on the
+    arguments' dtypes, ndim and layout (compiled once per combination).
+    """
+    op = "session.numba_kernel"
+    s.check_use(op)
+    dispatcher, name = as_dispatcher(kernel, op)
+    if signature is None:
+        return NumbaKernel(s, dispatcher, name)
+    return compile_for_session(s, dispatcher, signature, name, op)

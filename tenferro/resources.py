@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import ValidationError
 
-__all__ = ["ResourceCache"]
+__all__ = ["ResourceCache", "resource"]
 
 
 class ResourceCache:
@@ -56,3 +56,14 @@ class ResourceCache:
         """Drop every value."""
         with self._lock:
             self._items.clear()
+
+
+def resource(s: Any, key: Any, init: Callable[[Any], Any], kind: type | None = None) -> Any:
+    """The value cached under ``key`` for this session, made by ``init(session)`` once.
+
+    ``kind``, when given, is the type the value must have; asking for a key with another
+    kind than the one it was made with is a `ValidationError`. The cache is bounded
+    (least recently used entries go first) and dies with the session.
+    """
+    s.check_use("session.resource")
+    return s.resources.get(key, lambda: init(s), kind, "session.resource")

@@ -52,3 +52,27 @@ def test_session_follows_the_rule():
     with pytest.raises(tf.ValidationError, match=r"^Session: stream=-1 is not a stream handle"):
         tf.Session(stream=-1)
     assert tf.Session(stream=1).is_open is False  # the legacy default stream is accepted
+
+
+class _Context:
+    handle, ordinal = 0xC0, 3
+
+
+def test_open_stream_makes_one_or_checks_the_given_ones_context(monkeypatch):
+    from tenferro import _driver
+    from tenferro.interop.streams import open_stream
+
+    asked = []
+    monkeypatch.setattr(_driver, "stream_create", lambda: 0x5000)
+    monkeypatch.setattr(_driver, "stream_context", lambda h: asked.append(h) or
+                        (0xC0 if h == 0x100 else 0xD0))
+    assert open_stream(None, _Context, "Session") == 0x5000
+    assert open_stream(1, _Context, "Session") == 1  # the default streams: any context's
+    assert open_stream(2, _Context, "Session") == 2
+    assert asked == []
+    assert open_stream(0x100, _Context, "Session") == 0x100
+    with pytest.raises(tf.ValidationError,
+                       match=r"^Session: stream=0x200 belongs to another context \(0xd0\), "
+                             r"not device 3's primary context"):
+        open_stream(0x200, _Context, "Session")
+    assert asked == [0x100, 0x200]

@@ -269,3 +269,20 @@ def test_a_session_not_yet_entered_refuses_use():
                  .__enter__()):
         with pytest.raises(tf.RuntimeStateError, match=r"session\.\w+: the session is closed"):
             call()
+
+
+def test_every_method_says_what_it_does_and_takes_the_parts_arguments():
+    # The delegates are the parts' own functions: help(s.upload) shows the part's docstring
+    # and its arguments without the session.
+    import inspect
+
+    names = [n for n in dir(tf.Session) if not n.startswith("_")]
+    undocumented = [n for n in names if not (getattr(tf.Session, n).__doc__ or "").strip()]
+    assert undocumented == []
+    s = tf.Session()
+    assert list(inspect.signature(s.upload).parameters) == ["array"]
+    assert list(inspect.signature(s.tensor).parameters) == ["x", "dtype", "allow_strided"]
+    assert list(inspect.signature(s.compile).parameters) == [
+        "source", "options", "name_expressions", "arch"]
+    assert "NVRTC" not in (tf.Session.upload.__doc__ or "") and \
+        "host array" in tf.Session.upload.__doc__

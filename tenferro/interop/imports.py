@@ -19,7 +19,7 @@ from ..tensor import Tensor
 from .foreign import check_memory, read_foreign
 from .streams import order_after
 
-__all__ = ["import_span"]
+__all__ = ["from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
 
 
 def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
@@ -107,3 +107,31 @@ def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
     if other.is_open:  # the other session may still be writing it: order after its stream
         s.refuse_in_capture(op, "a Tensor of another open session needs an event")
         _order_after(s, other.stream, op)
+
+
+def tensor(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:
+    """A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."""
+    return import_span(s, x, TensorRef, dtype, allow_strided, "session.tensor")
+
+
+def tensor_mut(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
+    """An exclusive, writable span; refuses producers that marked their array read-only."""
+    return import_span(s, x, TensorMut, dtype, allow_strided, "session.tensor_mut")
+
+
+def from_dlpack(s: Any, x: Any, *, writable: bool = False, dtype: Any = None,
+                allow_strided: bool = False) -> TensorRef | TensorMut:
+    """A span over ``x`` taken through DLPack even where x also has a CUDA Array Interface.
+
+    ``x`` is an object with ``__dlpack__`` (asked with this session's stream, so the
+    producer orders itself before it) or an unused DLPack capsule (consumed as it is: its
+    producer must have finished writing it). ``writable=True`` gives a TensorMut and
+    refuses a capsule flagged READ_ONLY.
+    """
+    cls = TensorMut if writable else TensorRef
+    return import_span(s, x, cls, dtype, allow_strided, "session.from_dlpack", dlpack=True)
+
+
+def readonly(s: Any, span: Span) -> TensorRef:
+    """A read-only view of a span or Tensor of this session."""
+    return import_span(s, span, TensorRef, None, True, "session.readonly")

@@ -23,7 +23,7 @@ from ..dtypes import is_int as _is_int
 from ..errors import ValidationError
 from ..spans import ADDRESS_END as _HANDLE_END
 
-__all__ = ["LEGACY", "PER_THREAD", "order_after", "stream_value"]
+__all__ = ["LEGACY", "PER_THREAD", "open_stream", "order_after", "stream_value"]
 
 LEGACY, PER_THREAD = 1, 2
 
@@ -73,3 +73,16 @@ def order_after(waiter: int, producer: int, event: int, op: str) -> None:
     """
     _driver.event_record(event, producer, op)
     _driver.stream_wait_event(waiter, event, op)
+
+
+def open_stream(external: int | None, context: Any, op: str) -> int:
+    """A session's stream: a new non-blocking one for ``external=None``, else ``external``.
+
+    A given handle must belong to ``context`` (1 and 2, the default streams, always do).
+    """
+    if external is None:
+        return _driver.stream_create()
+    if external > PER_THREAD and (ctx := _driver.stream_context(external)) != context.handle:
+        raise ValidationError(f"{op}: stream=0x{external:x} belongs to another context "
+                              f"(0x{ctx:x}), not device {context.ordinal}'s primary context")
+    return external
