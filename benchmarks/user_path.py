@@ -75,6 +75,28 @@ def main() -> int:
         methods.append(Method("tenferro, torch tensors, torch's stream",
                               readme(st, fn_t, y, x)))
         methods.append(Method("tenferro, tf.Tensors, fresh spans", readme(s, fn, ty, tx)))
+        from numba import cuda
+
+        @cuda.jit
+        def axpy_numba(yy, xx, a, n):
+            i = cuda.grid(1)
+            if i < n:
+                yy[i] = a * xx[i] + yy[i]
+
+        nk = s.numba_kernel(axpy_numba)  # specialised on the arguments, as launch sees them
+        nb_stream = cuda.external_stream(torch_stream or 1)
+        grid = (N + 255) // 256
+        methods.append(Method("numba kernel[grid, block](as_cuda_array), torch tensors",
+                              lambda: axpy_numba[grid, 256, nb_stream](
+                                  cuda.as_cuda_array(y), cuda.as_cuda_array(x),
+                                  np.float32(2.0), np.int64(N))))
+        methods.append(Method("tenferro s.launch of that numba kernel, torch tensors",
+                              lambda: s.launch(nk, cfg, [s.tensor_mut(y), s.tensor(x),
+                                                         np.float32(2.0), np.int64(N)])))
+        from tenferro import kernels
+
+        methods.append(Method("tenferro.kernels.axpy(s, y, x, 2.0), torch tensors",
+                              lambda: kernels.axpy(s, y, x, 2.0)))
         reused = [s.tensor_mut(ty), s.tensor(tx), tf.f32(2.0), tf.u32(N)]
         methods.append(Method("tenferro, spans made once (floor)",
                               lambda: s.launch(fn, cfg, reused)))
@@ -86,9 +108,9 @@ def main() -> int:
 
         out = run_interleaved(methods, sync, rounds=40)
     base = out["cuda.core launch, data_ptr() ints"][0]
-    print(f"{'method':<42} {'median us':>10} {'x cuda.core':>12}")
+    print(f"{'method':<56} {'median us':>10} {'x cuda.core':>12}")
     for name, (med, _) in out.items():
-        print(f"{name:<42} {med:>10.2f} {med / base:>12.2f}")
+        print(f"{name:<56} {med:>10.2f} {med / base:>12.2f}")
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump({k: v[0] for k, v in out.items()}, f, indent=1)

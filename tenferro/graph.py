@@ -51,6 +51,8 @@ class Graph:
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: not during a capture")
         try:
+            if s.ordering.pending:
+                s.ordering.flush(op)
             self._exec.launch(op)
             s.liveness.hold(self)  # the graph and its owners live until the stream passes
         except KernelFault as exc:
@@ -86,6 +88,11 @@ class Capture:
         s.check_use(op)
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: a capture is already running on this session")
+        if s.ordering.pending:  # spans made before the capture: their order is not captured
+            try:
+                s.ordering.flush(op)
+            except KernelFault as exc:
+                raise s.fault_seen(exc) from None
         _driver.capture_begin(s.stream, op)
         self._saved_holds = s.liveness.begin_capture()
         s.refresh_fast_path()  # every captured launch goes where its owners are collected

@@ -157,6 +157,8 @@ def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
     param_block = fn.param_block
     replaced = param_block.last_spans
     spans = param_block.pack(args, s, op)
+    if s.ordering.pending:
+        s.ordering.flush(op)
     err = s.launcher(fn.record_address)
     if err:
         _driver.raise_launch_error(err, op)
@@ -213,6 +215,8 @@ class BoundLaunch:
             if not s.fast_path_ok or _get_ident() != s.thread:
                 self._call_checked()
                 return
+            if s.ordering.pending:
+                s.ordering.flush("bound_launch")
             err = self._launch(self._record_address)
             if err:
                 _driver.raise_launch_error(err, "bound_launch")
@@ -227,6 +231,8 @@ class BoundLaunch:
     def _call_checked(self) -> None:
         s = self.session
         s.check_use("bound_launch")
+        if s.ordering.pending:
+            s.ordering.flush("bound_launch")
         err = self._launch(self._record_address)
         if err:
             _driver.raise_launch_error(err, "bound_launch")

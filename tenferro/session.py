@@ -18,7 +18,7 @@ from . import tensor as tensor_ops
 from ._liveness import Liveness
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .interop import imports, stream_value
-from .interop.streams import open_stream
+from .interop.streams import StreamOrdering, open_stream
 from .launch import BoundLaunch, LaunchConfig, launch_checked, launchable
 from .module import Function, Module
 from .numba_kernels import NumbaKernel
@@ -76,6 +76,7 @@ class Session:
         self.faulted = False
         self.fast_path_ok = False  # open, not faulted, not capturing: the launch fast path may run
         self.resources = ResourceCache()
+        self.ordering = StreamOrdering(0, 0)  # producers to wait for; bound to the stream on entry
 
     # --- scope ---------------------------------------------------------------------------
 
@@ -94,6 +95,7 @@ class Session:
             _driver.set_current(self._prev_ctx)
             raise
         self.liveness.stream = self.stream
+        self.ordering = StreamOrdering(self.stream, self.import_event)
         self.launcher = _driver.launcher()
         self.thread = threading.get_ident()
         self._open = True
@@ -244,6 +246,8 @@ class Session:
                 param_block.pack(args, self, "session.launch")
                 if replaced:  # the previous launch may still be running: hold what it used
                     self.liveness.hold(replaced)
+            if self.ordering.pending:  # spans of producers on other streams were made
+                self.ordering.flush("session.launch")
             err = self.launcher(fn.record_address)
             if err:
                 _driver.raise_launch_error(err, "session.launch")

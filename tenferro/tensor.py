@@ -252,8 +252,7 @@ def download(s: Any, x: Any) -> np.ndarray:
     op = "session.download"
     s.check_use(op)
     s.refuse_in_capture(op, "it waits for the stream")
-    span = x if isinstance(x, Span) and x.session is s else _import_span(
-        s, x, TensorRef, None, True, op)
+    span = _import_span(s, x, TensorRef, None, True, op)
     t = span.scalar_type
     np_dtype = t.numpy if t.numpy is not None else np.dtype(np.uint16)
     if span.nbytes == 0:
@@ -333,8 +332,9 @@ def copy_peer(s: Any, dst: Any, src: Any) -> None:
             from .interop.streams import order_after  # interop sits below tensor
 
             ev = _driver.event_create()
-            try:
-                order_after(s.stream, other.stream, ev, op)
+            try:  # and after the producers the source's next kernel would have waited for
+                for producer in (*other.ordering.pending, other.stream):
+                    order_after(s.stream, producer, ev, op)
             finally:
                 _driver.event_destroy(ev)  # released once the wait has been satisfied
         finally:

@@ -17,18 +17,20 @@ from ..spans import ADDRESS_END as _ADDRESS_END
 from ..spans import DeviceBytes, Span, TensorMut, TensorRef
 from ..tensor import Tensor
 from .foreign import check_memory, read_foreign
+from .producers import direct_reader
 from .streams import order_after
 
 __all__ = ["from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
 
 
 def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
-                dlpack: bool = False) -> Any:
+                dlpack: bool = False, defer: bool = False) -> Any:
     """A checked span of session ``s`` over ``x``: a Tensor, a span of ``s``, or a foreign array.
 
-    Every refusal the design makes for spans is made here, naming ``op``; a foreign producer's
-    stream is ordered before the session's with an event. ``dlpack`` takes a producer through
-    DLPack even where it also has a CUDA Array Interface.
+    Every refusal the design makes for spans is made here, naming ``op``. A foreign producer's
+    stream is ordered before the session's with an event: at once, or with ``defer`` (spans
+    made for launches) before the session's next kernel (`StreamOrdering`). ``dlpack`` takes a
+    producer through DLPack even where it also has a CUDA Array Interface.
     """
     s.check_use(op)
     if x.__class__ is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
@@ -46,16 +48,31 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         readonly = not x.writable
         if type(x) is DeviceBytes and cls is TensorMut:
             cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
+        if s.ordering.pending and not defer:  # a memory operation is about to use it
+            _flush(s, op)
     else:
-        f = read_foreign(x, s.stream, s.device, s.liveness.capturing, op,
-                         dlpack_only=dlpack)
-        check_memory(f, s.device, op)
-        if f.stream is not None and f.stream != s.stream:
+        reader = None if dlpack else direct_reader(x.__class__)
+        direct = None if reader is None else reader(x, s.device, op)
+        if direct is not None:  # torch: its own attributes, no DLPack capsule
+            ptr, shape, strides, t, stream, nbytes = direct
+            owner, readonly = x, False
+        else:
+            f = read_foreign(x, s.stream, s.device, s.liveness.capturing, op,
+                             dlpack_only=dlpack)
+            check_memory(f, s.device, op)
+            ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides,
+                                                       f.scalar_type, f.owner, f.readonly)
+            stream, nbytes = f.stream, -1
+        if stream is not None and stream != s.stream:
             s.refuse_in_capture(op, "ordering after the producer's stream needs an event; "
                                 "make the span before the capture")
-            _order_after(s, f.stream, op)
-        ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
-                                                   f.owner, f.readonly)
+            if defer:
+                s.ordering.defer(stream)
+            else:
+                _order_after(s, stream, op)
+        if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
+                not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
+            return cls.compact(ptr, shape, strides, t, nbytes, s.device, owner, s)
     if readonly and cls is not TensorRef:
         raise ValidationError(f"{op}: x is read-only (its producer says so); use "
                               "s.tensor(x) to read it")
@@ -98,6 +115,14 @@ def _order_after(s: Any, stream: int, op: str) -> None:
         raise s.fault_seen(exc) from None
 
 
+def _flush(s: Any, op: str) -> None:
+    """Order the session's stream after the producers of spans made for launches."""
+    try:
+        s.ordering.flush(op)
+    except KernelFault as exc:
+        raise s.fault_seen(exc) from None
+
+
 def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
     """Take a Tensor of another session on the same device, ordered after that session."""
     if x.device != s.device:
@@ -111,12 +136,13 @@ def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
 
 def tensor(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:
     """A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."""
-    return import_span(s, x, TensorRef, dtype, allow_strided, "session.tensor")
+    return import_span(s, x, TensorRef, dtype, allow_strided, "session.tensor", defer=True)
 
 
 def tensor_mut(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
     """An exclusive, writable span; refuses producers that marked their array read-only."""
-    return import_span(s, x, TensorMut, dtype, allow_strided, "session.tensor_mut")
+    return import_span(s, x, TensorMut, dtype, allow_strided, "session.tensor_mut",
+                       defer=True)
 
 
 def from_dlpack(s: Any, x: Any, *, writable: bool = False, dtype: Any = None,

@@ -23,7 +23,8 @@ from ..dtypes import is_int as _is_int
 from ..errors import ValidationError
 from ..spans import ADDRESS_END as _HANDLE_END
 
-__all__ = ["LEGACY", "PER_THREAD", "open_stream", "order_after", "stream_value"]
+__all__ = ["LEGACY", "PER_THREAD", "StreamOrdering", "open_stream", "order_after",
+           "stream_value"]
 
 LEGACY, PER_THREAD = 1, 2
 
@@ -86,3 +87,31 @@ def open_stream(external: int | None, context: Any, op: str) -> int:
         raise ValidationError(f"{op}: stream=0x{external:x} belongs to another context "
                               f"(0x{ctx:x}), not device {context.ordinal}'s primary context")
     return external
+
+
+class StreamOrdering:
+    """The producer streams a session must wait for before it next enqueues a kernel.
+
+    An import records the producer's stream here instead of ordering at once, so the spans of
+    one launch cost one event record and wait per producer stream, not one per tensor; every
+    enqueue path calls `flush` when `pending` is not empty. Waiting at the enqueue rather than
+    at the import also waits for what the producer enqueued in between: more, never less.
+    """
+
+    __slots__ = ("event", "pending", "stream")
+
+    def __init__(self, stream: int, event: int) -> None:
+        self.stream = stream
+        self.event = event
+        self.pending: list[int] = []
+
+    def defer(self, producer: int) -> None:
+        """Order the session's stream after ``producer`` before its next enqueue."""
+        if producer not in self.pending:
+            self.pending.append(producer)
+
+    def flush(self, op: str) -> None:
+        """Make the session's stream wait for every pending producer stream (host unblocked)."""
+        pending, self.pending = self.pending, []
+        for producer in pending:
+            order_after(self.stream, producer, self.event, op)
