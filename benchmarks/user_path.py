@@ -1,12 +1,14 @@
 """Host cost of the launch users write: y = 2x + y on n = 4096 float32, arguments made each call.
 
-    python3 benchmarks/user_path.py [--json user_path.json]
+    python3 benchmarks/user_path.py [--json user_path.json] [--profile]
 
 Every method is given the tensors themselves on each call (fresh spans and scalars for
 tenferro, as the README writes it), and all run interleaved in one process with the launch
 benchmark's timer (median of batches; see benchmarks/launch.py). The anchors are cuda.core's
 ``launch`` with ``data_ptr()`` ints and torch's own ``add_``; the rows with spans made once are
-the floor the fresh-argument rows are measured against, not a path users write.
+the floor the fresh-argument rows are measured against, not a path users write. ``--profile``
+adds rows for the parts of the torch-tensor row: torch's own field reads, each span, the two
+scalars, the event record and wait that orders the session after torch's stream.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true")
     ns = ap.parse_args()
     import torch
 
@@ -100,6 +103,22 @@ def main() -> int:
         reused = [s.tensor_mut(ty), s.tensor(tx), tf.f32(2.0), tf.u32(N)]
         methods.append(Method("tenferro, spans made once (floor)",
                               lambda: s.launch(fn, cfg, reused)))
+
+        if ns.profile:
+            from tenferro import _driver
+            from tenferro.interop.streams import order_after
+
+            ev = _driver.event_create()
+            methods += [
+                Method("part: torch fields (data_ptr dtype shape stride device grad)",
+                       lambda: (y.data_ptr(), y.dtype, y.shape, y.stride(), y.get_device(),
+                                y.requires_grad)),
+                Method("part: s.tensor(x), torch tensor", lambda: s.tensor(x)),
+                Method("part: s.tensor_mut(y), torch tensor", lambda: s.tensor_mut(y)),
+                Method("part: tf.f32(2.0) and tf.u32(n)", lambda: (tf.f32(2.0), tf.u32(N))),
+                Method("part: event record on torch's stream, wait on ours",
+                       lambda: order_after(s.stream_handle, torch_stream or 1, ev, "bench")),
+            ]
 
         def sync() -> None:
             s.synchronize()
