@@ -105,9 +105,38 @@ class KernelArg:
 def _scalar_factory(name: str) -> Any:
     t = dtypes.by_name(name)
     op = f"tf.{name}"
+    pack = dtypes.pack_scalar
+    new = KernelArg.__new__
 
-    def make(value: Any) -> KernelArg:
-        return KernelArg(_SCALAR, t, dtypes.pack_scalar(t, value, op))
+    def typed(data: bytes) -> KernelArg:
+        a = new(KernelArg)
+        a.kind, a.scalar_type, a.data, a.span, a.align = _SCALAR, t, data, None, None
+        return a
+
+    # The common case, an int in range or a float, is packed at once; anything else takes
+    # pack_scalar, which checks it and words the refusal.
+    if t.kind in ("int", "uint"):
+        bits = 8 * t.itemsize
+        lo, hi = (-(1 << (bits - 1)), 1 << (bits - 1)) if t.kind == "int" else (0, 1 << bits)
+        put = struct.Struct(t.fmt).pack
+
+        def make(value: Any) -> KernelArg:
+            if value.__class__ is int and lo <= value < hi:
+                return typed(put(value))
+            return typed(pack(t, value, op))
+    elif t.name in ("f32", "f64"):
+        put = struct.Struct(t.fmt).pack
+
+        def make(value: Any) -> KernelArg:
+            if value.__class__ is float:
+                try:
+                    return typed(put(value))
+                except OverflowError:  # past f32's range: pack_scalar words it
+                    pass
+            return typed(pack(t, value, op))
+    else:
+        def make(value: Any) -> KernelArg:
+            return typed(pack(t, value, op))
 
     make.__name__ = make.__qualname__ = name
     make.__doc__ = f"A {name} kernel argument; refuses values {name} cannot hold."
@@ -241,12 +270,21 @@ class ParamBlock(PackedParams):
     Those objects stay referenced until the next launch with others or the session's end.
     """
 
-    __slots__ = ("params",)
+    __slots__ = ("params", "scalars_taken", "slices", "takes_pointer", "writes")
 
     def __init__(self, sig: Signature) -> None:
         super().__init__(sig)
-        self.params = sig.params
-        self.nparams = len(sig.params)
+        params = self.params = sig.params
+        self.nparams = len(params)
+        # Per parameter, decided once: the scalar types it takes, where its bytes go, whether
+        # a span may go there, and whether the kernel writes through it.
+        self.scalars_taken = tuple(frozenset(t for t in dtypes.SCALAR_TYPES if _scalar_fits(p, t))
+                                   for p in params)
+        self.slices = tuple(slice(o, o + p.size) for o, p in zip(self.offsets, params,
+                                                                   strict=True))
+        self.takes_pointer = tuple(p.kind is PTR or p.kind is PTR_OR_INT or
+                                   (p.kind == OPAQUE and p.size == 8) for p in params)
+        self.writes = tuple(bool(p.writes) for p in params)
 
     def fresh(self) -> ParamBlock:
         """A new, empty block for the same signature (for a bound launch of its own)."""
@@ -254,43 +292,43 @@ class ParamBlock(PackedParams):
 
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
-        p = self.params[i]
-        cls = type(a)
+        cls = a.__class__
         if cls is KernelArg:
+            if a.kind == _SCALAR:
+                if a.scalar_type not in self.scalars_taken[i]:
+                    raise ValidationError(
+                        f"{op}: args[{i}] expects {self.params[i].describe()}, got "
+                        f"{a.describe()}")
+                self._mv[self.slices[i]] = a.data
+                return None
             if a.kind == _POINTER:
                 a = a.span
-                cls = type(a)
-            elif a.kind == _SCALAR:
-                if not _scalar_fits(p, a.scalar_type):
-                    raise ValidationError(
-                        f"{op}: args[{i}] expects {p.describe()}, got {a.describe()}")
-                off = self.offsets[i]
-                self._mv[off:off + p.size] = a.data
-                return None
+                cls = a.__class__
             else:
+                p = self.params[i]
                 if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size or (
                         a.align is not None and p.kind == BYTES and a.align != p.align):
                     where = f" aligned to {p.align}" if p.kind == BYTES else ""
                     raise ValidationError(
                         f"{op}: args[{i}] expects {p.describe()}{where}, got {a.describe()}")
-                off = self.offsets[i]
-                self._mv[off:off + p.size] = a.data
+                self._mv[self.slices[i]] = a.data
                 return None
-        if cls in _SPAN_TYPES:
+        if cls is TensorMut or cls is TensorRef or cls is DeviceBytes:
             if a.session is not session:
                 raise ValidationError(
                     f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
                     f"with this session's tensor()/tensor_mut()")
-            if p.kind is not PTR and p.kind is not PTR_OR_INT and not (
-                    p.kind == OPAQUE and p.size == 8):
-                raise ValidationError(
-                    f"{op}: args[{i}] expects {p.describe()}, got a {cls.__name__} (pointer)")
-            if cls is TensorRef and p.writes:
+            if not self.takes_pointer[i]:
+                raise ValidationError(f"{op}: args[{i}] expects {self.params[i].describe()}, "
+                                      f"got a {cls.__name__} (pointer)")
+            if cls is TensorRef and self.writes[i]:
+                p = self.params[i]
                 raise ValidationError(
                     f"{op}: args[{i}] is a read-only TensorRef but kernel "
                     f"{self.sig.name!r} writes parameter {p.name or i}; use tensor_mut()")
             _U64.pack_into(self._mv, self.offsets[i], a.ptr)
             return a
+        p = self.params[i]
         if isinstance(a, np.generic):
             t = dtypes.from_numpy(a.dtype, f"{op}: args[{i}]")
             if not _scalar_fits(p, t):
@@ -303,8 +341,7 @@ class ParamBlock(PackedParams):
             raise ValidationError(
                 f"{op}: args[{i}] is {_describe(a)}; expected a span (s.tensor(x), "
                 f"s.tensor_mut(x)), a KernelArg or a typed scalar such as tf.u32(n)")
-        off = self.offsets[i]
-        self._mv[off:off + p.size] = data
+        self._mv[self.slices[i]] = data
         return None
 
 

@@ -253,3 +253,20 @@ def test_cai_dicts_read_right_or_refused(cai):
             cai["stream"], bool)
     else:
         assert f.stream is None
+
+
+def test_a_dlpack_producer_that_says_its_view_is_negated_is_refused():
+    # torch's neg bit is invisible in a DLPack capsule: the memory holds the unsigned values.
+    class Negated:
+        exported = False
+
+        def is_neg(self):
+            return True
+
+        def __dlpack__(self, **kwargs):
+            Negated.exported = True
+            raise AssertionError("asked to export")
+
+    with pytest.raises(tf.ValidationError, match=r"^op: x is a negated view .*resolve_neg"):
+        dlpack.read_dlpack(Negated(), 7, 0, "op")
+    assert not Negated.exported

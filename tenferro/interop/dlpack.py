@@ -139,6 +139,11 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
         if dev_id != device:
             raise ValidationError(f"{op}: x lives on device {dev_id}, this session is on "
                                   f"device {device}")
+    is_neg = getattr(x, "is_neg", None)  # torch: a view whose memory lacks its values' sign
+    if is_neg is not None and callable(is_neg) and is_neg() is True:
+        raise ValidationError(f"{op}: x is a negated view (torch's neg bit, as x.conj().imag "
+                              "makes): its memory holds the values without their sign, and "
+                              "DLPack does not say so; pass x.resolve_neg()")
     try:
         try:
             capsule = x.__dlpack__(stream=stream, max_version=MAX_VERSION)

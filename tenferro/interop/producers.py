@@ -4,8 +4,9 @@ A DLPack capsule costs tens of microseconds a tensor; a torch tensor's own field
 one. `direct_reader` names the reader for an array's exact class, or None where the general
 path (DLPack, then the CUDA Array Interface) serves. A reader returns what the import needs,
 or None to hand the array to the general path, which then says what is wrong with it (host
-memory, ``requires_grad``, a sparse layout) in the words it always has. torch is never
-imported here: a class is recognised only once its library has been imported by the user.
+memory, ``requires_grad``, a sparse layout) in the words it always has; what only the reader
+can see (torch's neg bit) it refuses itself. torch is never imported here: a class is
+recognised only once the user has imported its library.
 """
 
 from __future__ import annotations
@@ -48,30 +49,38 @@ def _torch_reader(torch: Any) -> Reader:
         ("int64", "i64"), ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"),
         ("uint64", "u64"), ("float16", "f16"), ("bfloat16", "bf16"), ("float32", "f32"),
         ("float64", "f64")) if hasattr(torch, name)}
-    strided = torch.strided
     current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 us, private
     if current_stream is None:  # the public query: 8 us
         def current_stream(dev: int) -> int:
             return torch.cuda.current_stream(dev).cuda_stream
 
     def read_torch(x: Any, device: int, op: str) -> Direct | None:
-        # Complex types (a conjugate bit), grad, other layouts, the neg bit (a real view of a
-        # conjugate's imaginary part), host and other devices: the general path decides.
-        t = by_dtype.get(x.dtype)
-        if t is None or x.requires_grad or not x.is_cuda or x.layout is not strided or \
-                x.is_neg():
+        # Complex types (a conjugate bit), grad, host and other device types: the general path
+        # decides. A tensor without strided storage (sparse, nested) raises on the way.
+        try:
+            t = by_dtype.get(x.dtype)
+            if t is None or x.requires_grad or not x.is_cuda:
+                return None
+            if x.is_neg():
+                raise ValidationError(
+                    f"{op}: x is a negated view (torch's neg bit, as x.conj().imag makes): its "
+                    "memory holds the values without their sign; pass x.resolve_neg()")
+            dev = x.get_device()
+            shape = tuple(x.shape)
+            size = t.itemsize
+            if x.is_contiguous():
+                strides, nbytes = _c_strides(shape, size), x.numel() * size
+            else:
+                strides, nbytes = tuple([st * size for st in x.stride()]), -1
+            ptr = x.data_ptr()
+        except ValidationError:
+            raise
+        except Exception:
             return None
-        dev = x.get_device()
         if dev != device:
             raise ValidationError(f"{op}: x lives on device {dev}, this session is on device "
                                   f"{device}")
-        size = t.itemsize
-        shape = tuple(x.shape)
-        if x.is_contiguous():
-            strides, nbytes = _c_strides(shape, size), x.numel() * size
-        else:
-            strides, nbytes = tuple([st * size for st in x.stride()]), -1
-        return x.data_ptr(), shape, strides, t, current_stream(dev) or LEGACY, nbytes
+        return ptr, shape, strides, t, current_stream(dev) or LEGACY, nbytes
 
     return read_torch
 

@@ -72,8 +72,7 @@ def order_after(waiter: int, producer: int, event: int, op: str) -> None:
 
     ``event`` is recorded on ``producer``; it may be reused once the wait is enqueued.
     """
-    _driver.event_record(event, producer, op)
-    _driver.stream_wait_event(waiter, event, op)
+    _driver.wait_for_stream(waiter, producer, event, op)
 
 
 def open_stream(external: int | None, context: Any, op: str) -> int:
