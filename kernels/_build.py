@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from typing import Any
 
 import numpy as np
 
-from tenferro import LaunchConfig, Module, Session, ValidationError, dtypes
+from tenferro import LaunchConfig, Module, Session, ValidationError, args, dtypes
 
 __all__ = ["C_TYPES", "check_session", "function", "grid_stride", "spans_1d", "type_of"]
 
@@ -40,6 +41,12 @@ def check_session(s: Any, op: str) -> None:
                               f"kernel), got {type(s).__name__}")
 
 
+# Per open session, the Functions already looked up: (file, expressions, suffix, name) ->
+# Function. A relaunch finds its kernel in one dictionary, not through the resource cache and
+# the module; the table goes with the session (the session checks use at launch).
+_functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
              arch_suffix: str = "") -> Any:
     """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
@@ -48,6 +55,15 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
     of the cache key, so a file is compiled once for each set asked. ``arch_suffix="a"``
     compiles for the device's architecture-specific target (sm_90a for wgmma).
     """
+    table = _functions.get(s)
+    key = (file, expressions, arch_suffix, name)
+    if table is not None:
+        fn = table.get(key)
+        if fn is not None and s.is_open:
+            return fn
+    else:
+        table = _functions[s] = {}
+
     def build(session: Any) -> Module:
         major, minor = session.context.compute_capability
         return session.compile(_source(file), options=["-std=c++17"],
@@ -55,7 +71,8 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
                                arch=f"sm_{major}{minor}{arch_suffix}")
 
     mod = s.resource(("tenferro.kernels", file, expressions, arch_suffix), build, Module)
-    return mod.function(name)
+    fn = table[key] = mod.function(name)
+    return fn
 
 
 # Blocks a multiprocessor for grid-stride loops that end in one atomic a block (sum, max):
@@ -105,8 +122,11 @@ def spans_1d(op: str, out: Any, *inputs: Any, same_dtype: bool = True) -> None:
 
 def scalar_for(t: dtypes.ScalarType, value: Any, op: str, name: str) -> Any:
     """``value`` as a typed scalar of type ``t`` (range-checked by the scalar factories)."""
-    import tenferro as tf
-
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+    cls = value.__class__
+    if cls is not float and cls is not int and (
+            isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number))):
         raise ValidationError(f"{op}: {name}={value!r} must be a number")
-    return getattr(tf, t.name)(value)
+    return _FACTORIES[t](value)
+
+
+_FACTORIES = {t: getattr(args, t.name) for t in dtypes.SCALAR_TYPES if hasattr(args, t.name)}

@@ -16,9 +16,10 @@ _FILL_TYPES = ("f32", "f64", "i32", "u32", "i64", "u8")
 _CASTS = (("f32", "f16"), ("f16", "f32"), ("f32", "bf16"), ("bf16", "f32"), ("f32", "f64"),
           ("f64", "f32"), ("i32", "f32"), ("f32", "i32"))
 _AXPY_TYPES = ("f32", "f64")
-_EXPRS = tuple(f"fill<{C_TYPES[t]}>" for t in _FILL_TYPES) + tuple(
-    f"cast<{C_TYPES[a]}, {C_TYPES[b]}>" for a, b in _CASTS) + tuple(
-    f"axpy<{C_TYPES[t]}>" for t in _AXPY_TYPES)
+_FILL = {t: f"fill<{C_TYPES[t]}>" for t in _FILL_TYPES}  # kernel names, made once
+_CAST = {pair: f"cast<{C_TYPES[pair[0]]}, {C_TYPES[pair[1]]}>" for pair in _CASTS}
+_AXPY = {t: f"axpy<{C_TYPES[t]}>" for t in _AXPY_TYPES}
+_EXPRS = (*_FILL.values(), *_CAST.values(), *_AXPY.values())
 
 
 def fill(s: Any, y: Any, value: Any) -> None:
@@ -29,7 +30,7 @@ def fill(s: Any, y: Any, value: Any) -> None:
     t = ym.scalar_type
     if t.name not in _FILL_TYPES:
         raise ValidationError(f"{op}: y is {t.name}; fill takes {list(_FILL_TYPES)}")
-    fn = function(s, _FILE, f"fill<{C_TYPES[t.name]}>", _EXPRS)
+    fn = function(s, _FILE, _FILL[t.name], _EXPRS)
     s.launch(fn, grid_stride(s, ym.size, per_thread=4, capped=False),
              [ym, scalar_for(t, value, op, "value"), u64(ym.size)])
 
@@ -44,7 +45,7 @@ def cast(s: Any, out: Any, x: Any) -> None:
     if pair not in _CASTS:
         raise ValidationError(f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
                               f"{[f'{b}->{a}' for a, b in _CASTS]}")
-    fn = function(s, _FILE, f"cast<{C_TYPES[pair[0]]}, {C_TYPES[pair[1]]}>", _EXPRS)
+    fn = function(s, _FILE, _CAST[pair], _EXPRS)
     width = 8 if 2 in (om.scalar_type.itemsize, xr.scalar_type.itemsize) else 4  # cast_width
     s.launch(fn, grid_stride(s, om.size, per_thread=width, capped=False),
              [om, xr, u64(om.size)])
@@ -59,7 +60,7 @@ def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
     t = ym.scalar_type
     if t.name not in _AXPY_TYPES:
         raise ValidationError(f"{op}: y is {t.name}; axpy takes {list(_AXPY_TYPES)}")
-    fn = function(s, _FILE, f"axpy<{C_TYPES[t.name]}>", _EXPRS)
+    fn = function(s, _FILE, _AXPY[t.name], _EXPRS)
     s.launch(fn, grid_stride(s, ym.size, per_thread=4, capped=False),
              [ym, xr, scalar_for(t, a, op, "a"), u64(ym.size)])
 

@@ -12,7 +12,8 @@ __all__ = ["max", "sum"]
 
 _FILE = "reduce.cu"
 _TYPES = ("f32", "f64")
-_EXPRS = tuple(f"reduce_{k}<{C_TYPES[t]}>" for k in ("sum", "max") for t in _TYPES)
+_NAMES = {(k, t): f"reduce_{k}<{C_TYPES[t]}>" for k in ("sum", "max") for t in _TYPES}
+_EXPRS = tuple(_NAMES.values())
 
 
 def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
@@ -28,7 +29,7 @@ def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
     out = s.alloc_output((), t.numpy)
     fill(s, out, 0.0 if kind == "sum" else float("-inf"))
     if xr.size:
-        fn = function(s, _FILE, f"reduce_{kind}<{C_TYPES[t.name]}>", _EXPRS)
+        fn = function(s, _FILE, _NAMES[kind, t.name], _EXPRS)
         s.launch(fn, grid_stride(s, xr.size, per_thread=4), [s.tensor_mut(out), xr, u64(xr.size)])
     return out
 

@@ -57,9 +57,10 @@ def _scan_name(t: str, config: tuple[int, ...]) -> str:
             f"{'true' if cp_async else 'false'}>")
 
 
+_TRANSPOSE = {(c, e): f"transpose<{c}, {e}>" for c in dict.fromkeys(_T_CTYPES.values())
+              for e in TRANSPOSE_TILES}
 _EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
-          *(f"transpose<{c}, {e}>" for c in dict.fromkeys(_T_CTYPES.values())
-            for e in TRANSPOSE_TILES),
+          *_TRANSPOSE.values(),
           *(_scan_name(t, c) for t in _S_TYPES for c in SCAN_CONFIGS))
 
 
@@ -125,7 +126,7 @@ def transpose(s: Any, out: Any, x: Any) -> None:
     e = TRANSPOSE_TILE
     if (rows + e - 1) // e > 65535:
         raise ValidationError(f"{op}: x has {rows} rows; at most {65535 * e}")
-    fn = function(s, _FILE, f"transpose<{_T_CTYPES[t]}, {e}>", _EXPRS)
+    fn = function(s, _FILE, _TRANSPOSE[_T_CTYPES[t], e], _EXPRS)
     s.launch(fn, LaunchConfig(((cols + e - 1) // e, (rows + e - 1) // e), (32, 8)),
              [om, xr, u32(rows), u32(cols)])
 
