@@ -270,7 +270,7 @@ class ParamBlock(PackedParams):
     Those objects stay referenced until the next launch with others or the session's end.
     """
 
-    __slots__ = ("params", "scalars_taken", "slices", "takes_pointer", "writes")
+    __slots__ = ("_pack", "params", "scalars_taken", "slices", "takes_pointer", "writes")
 
     def __init__(self, sig: Signature) -> None:
         super().__init__(sig)
@@ -285,6 +285,60 @@ class ParamBlock(PackedParams):
         self.takes_pointer = tuple(p.kind is PTR or p.kind is PTR_OR_INT or
                                    (p.kind == OPAQUE and p.size == 8) for p in params)
         self.writes = tuple(bool(p.writes) for p in params)
+        self._pack = self._straight_line_pack()
+
+    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+        """`PackedParams.pack`, through straight-line code made for this signature."""
+        return self._pack(args, session, op)
+
+    def _straight_line_pack(self) -> Any:
+        """`PackedParams.pack` unrolled for this signature (as PyCUDA's ``prepare`` does).
+
+        Each parameter gets the one test its usual argument passes (a span of this session
+        where a pointer goes, a typed scalar of a type the parameter takes where a value
+        goes); anything else goes to `pack_slot`, which accepts or refuses it as always. What
+        is written and returned is what the general loop writes and returns.
+        """
+        lines = ["def pack(args, session, op):",
+                 "    prev = block.last_args",
+                 "    if len(args) == len(prev) and all(map(_is, args, prev)):",
+                 "        return block.last_spans",
+                 f"    if len(args) != {self.nparams}:",
+                 "        return general(args, session, op)",
+                 "    block.last_args = ()",
+                 "    spans = []"]
+        for i, off in enumerate(self.offsets):
+            lines.append(f"    a = args[{i}]")
+            if self.takes_pointer[i]:
+                ok = "c is TensorMut or c is DeviceBytes" + (
+                    "" if self.writes[i] else " or c is TensorRef")
+                lines += ["    c = a.__class__",
+                          f"    if ({ok}) and a.session is session:",
+                          f"        put_u64(mv, {off}, a.ptr)",
+                          "        spans.append(a)",
+                          f"    elif (a := slot({i}, a, session, op)) is not None:",
+                          "        spans.append(a)"]
+            else:
+                lines += [f"    if a.__class__ is KernelArg and a.kind == {_SCALAR} and "
+                          f"a.scalar_type in taken[{i}]:",
+                          f"        mv[{off}:{off + self.params[i].size}] = a.data",
+                          "    else:",
+                          f"        slot({i}, a, session, op)"]
+        lines += ["    if len(spans) == 2:",
+                  "        a, b = spans",
+                  "        if (a.writable or b.writable) and a.lo < b.hi and b.lo < a.hi and "
+                  "a.hi > a.lo and b.hi > b.lo:",
+                  "            check_overlaps(spans, args, op)",
+                  "    elif len(spans) > 2:",
+                  "        check_overlaps(spans, args, op)",
+                  "    block.last_args, block.last_spans = tuple(args), spans",
+                  "    return spans"]
+        namespace = {"block": self, "_is": _is, "general": super().pack, "slot": self.pack_slot,
+                     "mv": self._mv, "put_u64": _U64.pack_into, "taken": self.scalars_taken,
+                     "KernelArg": KernelArg, "TensorMut": TensorMut, "TensorRef": TensorRef,
+                     "DeviceBytes": DeviceBytes, "check_overlaps": check_overlaps}
+        exec("\n".join(lines), namespace)
+        return namespace["pack"]
 
     def fresh(self) -> ParamBlock:
         """A new, empty block for the same signature (for a bound launch of its own)."""

@@ -318,3 +318,83 @@ def test_int_factories_at_both_ends_of_their_range(name):
     for v in (lo - 1, hi + 1):  # the first refused
         with pytest.raises(tf.ValidationError, match=rf"tf\.{name}: {v} is out of range"):
             make(v)
+
+
+def _signatures():
+    from tenferro.dtypes import by_name
+    from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signature
+
+    mixed = Signature("mixed", (
+        Param(PTR, 8, 8, writes=True, name="out"), Param(PTR, 8, 8, writes=False, name="in"),
+        Param(PTR_OR_INT, 8, 8), Param(FLOAT, 4, 4, by_name("f32")),
+        Param(INT, 4, 4, by_name("u32")), Param(INT, 8, 8), Param(FLOAT, 8, 8, by_name("f64")),
+        Param(BYTES, 12, 4), Param(OPAQUE, 8, 8), Param(PTR, 8, 8)), "test")
+    return [tf.compile_cuda(SRC).signatures["k"], parse_ptx(PTX_ONLY, "t")["raw"], mixed]
+
+
+_SIGS = _signatures()
+
+
+def _pool():
+    """Arguments of every kind a launch may be given, right and wrong."""
+    from tenferro.dtypes import by_name
+
+    ours, theirs = object(), object()
+    f32 = by_name("f32")
+    spans = [cls(ptr, (4,), (4,), f32, 0, None, who) for cls in (tf.TensorMut, tf.TensorRef)
+             for ptr in (0x1000, 0x1008, 0x2000) for who in (ours, theirs)]
+    spans.append(tf.DeviceBytes(0x3000, (16,), (1,), by_name("u8"), 0, None, ours))
+    values = [tf.f32(1.5), tf.f64(-2.0), tf.u32(7), tf.i32(-7), tf.u64(1 << 40), tf.i64(-3),
+              tf.f16(0.5), tf.u8(3), 5, -1, 1 << 63, 2.5, True, np.float32(1.25),
+              np.uint32(9), np.int64(-4), tf.KernelArg.struct(b"x" * 12),
+              tf.KernelArg.struct(b"y" * 8), tf.KernelArg.pointer(spans[0]), "text", None]
+    return ours, spans + values
+
+
+_OURS, _POOL = _pool()
+
+
+def _general(block, args):
+    from tenferro.args import PackedParams
+
+    return PackedParams.pack(block, args, _OURS, "session.launch")
+
+
+def _fitting(p):
+    """Arguments a parameter takes, so that a drawn list often gets to its last checks."""
+    from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT
+
+    spans = [a for a in _POOL if isinstance(a, tf.TensorRef | tf.TensorMut | tf.DeviceBytes)
+             and a.session is _OURS]
+    if p.kind in (PTR, PTR_OR_INT) or (p.kind == OPAQUE and p.size == 8):
+        return spans
+    if p.kind == FLOAT:
+        return [tf.f32(1.5) if p.size == 4 else tf.f64(2.5), 2.5]
+    if p.kind == INT:
+        return [tf.u32(7), 5] if p.size == 4 else [tf.u64(9), tf.i64(-9), 5]
+    if p.kind == BYTES:
+        return [tf.KernelArg.struct(b"z" * p.size)]
+    return _POOL
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.data())
+def test_the_straight_line_pack_does_what_the_general_loop_does(data):
+    sig = data.draw(st.sampled_from(_SIGS))
+    n = len(sig.params)
+    length = data.draw(st.sampled_from([n] * 8 + [n - 1, n + 1]))
+    args = []
+    for i in range(length):
+        fit = _fitting(sig.params[i]) if i < n else _POOL
+        args.append(data.draw(st.sampled_from(fit) if data.draw(st.integers(0, 9))
+                              else st.sampled_from(_POOL)))
+    results = []
+    for pack in (lambda b: b.pack(args, _OURS, "session.launch"), lambda b: _general(b, args)):
+        b = ParamBlock(sig)
+        try:
+            spans = pack(b)
+            results.append(("ok", [id(sp) for sp in spans], bytes(b._mv),
+                            b.last_args == tuple(args)))
+        except tf.ValidationError as exc:
+            results.append(("refused", str(exc), b.last_args))
+    assert results[0] == results[1]

@@ -154,19 +154,24 @@ def test_a_launch_waits_for_torchs_stream_with_one_event_for_all_its_tensors(ses
     np.testing.assert_allclose(got, 2.0 * 1.25 + want_y, rtol=1e-6)
 
 
-def test_a_session_on_torchs_stream_records_no_event(device, rng, records):
-    n = 1000
-    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
-    y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
-    want = 3.0 * x.double().cpu().numpy() + y.double().cpu().numpy()
-    with tf.Session(device=device, stream=torch.cuda.current_stream().cuda_stream) as s:
-        fn = s.compile(AXPY).function("axpy")
-        records.clear()
-        for _ in range(3):  # fresh spans each call, as users write it
-            s.launch(fn, tf.LaunchConfig.flat(n, 128),
-                     [s.tensor_mut(y), s.tensor(x), tf.f32(1.0), tf.u32(n)])
-        assert records == []
-    np.testing.assert_allclose(y.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("which", ["default", "side"])
+def test_a_session_on_torchs_stream_records_no_event(device, rng, records, which):
+    # The README's way: the session opened on torch's current stream object.
+    side = torch.cuda.Stream() if which == "side" else torch.cuda.current_stream()
+    with torch.cuda.stream(side):
+        n = 1000
+        x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+        y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+        want = 3.0 * x.double().cpu().numpy() + y.double().cpu().numpy()
+        with tf.Session(device=device, stream=torch.cuda.current_stream()) as s:
+            fn = s.compile(AXPY).function("axpy")
+            records.clear()
+            for _ in range(3):  # fresh spans each call, as users write it
+                s.launch(fn, tf.LaunchConfig.flat(n, 128),
+                         [s.tensor_mut(y), s.tensor(x), tf.f32(1.0), tf.u32(n)])
+            assert records == []
+            got = y.double().cpu().numpy()  # torch's own read, ordered on the shared stream
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_memory_operation_on_a_span_waits_for_its_producer(session, rng):
