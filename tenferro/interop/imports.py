@@ -9,6 +9,7 @@ elements, the address space, no zero stride for writing, alignment.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .. import dtypes
@@ -22,6 +23,8 @@ from .streams import order_after
 
 __all__ = ["from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
 
+_get_ident = threading.get_ident
+
 
 def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
                 dlpack: bool = False, defer: bool = False) -> Any:
@@ -32,11 +35,23 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     made for launches) before the session's next kernel (`StreamOrdering`). ``dlpack`` takes a
     producer through DLPack even where it also has a CUDA Array Interface.
     """
-    s.check_use(op)
-    if x.__class__ is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
+    if not s.fast_path_ok or _get_ident() != s.thread:
+        s.check_use(op)  # closed, another thread or faulted: refused (a capture is let by)
+    kind = x.__class__
+    if kind is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
         # The session's own Tensor: compact, aligned by its allocation, writable, in range.
         return cls.compact(x.ptr, x.shape, x.strides, x.scalar_type, x.nbytes, x.device, x, s)
-    if isinstance(x, Tensor):
+    reader = None if dlpack else direct_reader(kind)
+    direct = None if reader is None else reader(x, s.device, op)
+    if direct is not None:  # torch: its own attributes, no DLPack capsule
+        ptr, shape, strides, t, stream, nbytes = direct
+        if stream != s.stream:
+            _producer_stream(s, stream, defer, op)
+        if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
+                not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
+            return cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
+        owner, readonly = x, False
+    elif isinstance(x, Tensor):
         if x.session is not s:
             _adopt_tensor(s, x, op)
         ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x
@@ -51,28 +66,12 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         if s.ordering.pending and not defer:  # a memory operation is about to use it
             _flush(s, op)
     else:
-        reader = None if dlpack else direct_reader(x.__class__)
-        direct = None if reader is None else reader(x, s.device, op)
-        if direct is not None:  # torch: its own attributes, no DLPack capsule
-            ptr, shape, strides, t, stream, nbytes = direct
-            owner, readonly = x, False
-        else:
-            f = read_foreign(x, s.stream, s.device, s.liveness.capturing, op,
-                             dlpack_only=dlpack)
-            check_memory(f, s.device, op)
-            ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides,
-                                                       f.scalar_type, f.owner, f.readonly)
-            stream, nbytes = f.stream, -1
-        if stream is not None and stream != s.stream:
-            s.refuse_in_capture(op, "ordering after the producer's stream needs an event; "
-                                "make the span before the capture")
-            if defer:
-                s.ordering.defer(stream)
-            else:
-                _order_after(s, stream, op)
-        if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
-                not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
-            return cls.compact(ptr, shape, strides, t, nbytes, s.device, owner, s)
+        f = read_foreign(x, s.stream, s.device, s.liveness.capturing, op, dlpack_only=dlpack)
+        check_memory(f, s.device, op)
+        ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
+                                                   f.owner, f.readonly)
+        if f.stream is not None and f.stream != s.stream:
+            _producer_stream(s, f.stream, defer, op)
     if readonly and cls is not TensorRef:
         raise ValidationError(f"{op}: x is read-only (its producer says so); use "
                               "s.tensor(x) to read it")
@@ -113,6 +112,16 @@ def _order_after(s: Any, stream: int, op: str) -> None:
         order_after(s.stream, stream, s.import_event, op)
     except KernelFault as exc:
         raise s.fault_seen(exc) from None
+
+
+def _producer_stream(s: Any, stream: int, defer: bool, op: str) -> None:
+    """Order the session's stream after a producer's: now, or before its next kernel."""
+    s.refuse_in_capture(op, "ordering after the producer's stream needs an event; make the "
+                        "span before the capture")
+    if defer:
+        s.ordering.defer(stream)
+    else:
+        _order_after(s, stream, op)
 
 
 def _flush(s: Any, op: str) -> None:
