@@ -161,6 +161,7 @@ def main() -> int:
             return
         methods.append(Method(name, go, **kw))
 
+    _driver.build_fast_calls()  # the steady state: a hot process launches through the @njit path
     with tf.Session(device=0) as s, tempfile.TemporaryDirectory() as tmpdir:
         stream = s.stream_handle
         sync = s.synchronize

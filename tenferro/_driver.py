@@ -37,6 +37,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "event_synchronize",
     "func_attribute",
     "func_param_layout",
+    "build_fast_calls",
     "func_set_max_dynamic_shared",
     "graph_destroy",
     "graph_node_count",
@@ -368,23 +369,6 @@ def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") ->
     _check(op, _cu.cuStreamWaitEvent(_cu.CUstream(stream), _cu.CUevent(event), 0))
 
 
-_wait_for: Any = None
-
-
-def wait_for_stream(waiter: int, producer: int, event: int, op: str) -> None:
-    """Record ``event`` on ``producer`` and make ``waiter`` wait for it (host unblocked).
-
-    Both calls go through one numba ``@njit`` function into libcuda (built on first use, as
-    the launcher is), about a microsecond where the two binding calls cost three.
-    """
-    global _wait_for
-    if _wait_for is None:
-        _wait_for = _make_njit_wait() or _bindings_wait
-    err = _wait_for(waiter, producer, event)
-    if err:
-        raise _fail(op, err)
-
-
 # --- memory -----------------------------------------------------------------------------------
 
 
@@ -599,7 +583,18 @@ class ExecutableGraph:
             _check("cuGraphExecDestroy", _cu.cuGraphExecDestroy(self._exec))
 
 
-_launcher: Any = None
+# Launches and producer-stream waits go through cuda.bindings until numba has compiled two small
+# @njit functions that call libcuda's C entry points (about a microsecond less a call). numba's
+# CPU target takes seconds to start, so a process pays for it only once it is hot: the build
+# runs in a background thread after HOT_CALLS calls (or at once: `build_fast_calls`), and the
+# calls switch over when it is done. TENFERRO_FAST_LAUNCH=0 never builds them.
+HOT_CALLS = 4096
+_fast_launch: Any = None
+_fast_wait: Any = None
+_calls = 0
+_build_lock = threading.Lock()
+_build_thread: threading.Thread | None = None
+_record_calls: dict[int, tuple] = {}  # LaunchRecord address -> its cuLaunchKernel arguments
 
 
 class LaunchRecord:
@@ -609,40 +604,96 @@ class LaunchRecord:
     written once; `address` is what the launcher takes, so the hot call passes a single int.
     """
 
-    __slots__ = ("_words", "address")
+    __slots__ = ("__weakref__", "_call", "_words", "address")
 
     def __init__(self, func: int, dims: tuple, stream: int, params: int) -> None:
         import ctypes
 
         self._words = (ctypes.c_uint64 * 10)(func, *dims, stream, params)
         self.address = ctypes.addressof(self._words)
+        self._call = (_cu.CUfunction(func), *dims, _cu.CUstream(stream), params, 0)
+        _record_calls[self.address] = self._call
+
+    def __del__(self) -> None:
+        try:  # a newer record at the same address keeps its entry
+            if _record_calls.get(self.address) is self._call:
+                del _record_calls[self.address]
+        except Exception:  # never raise from a finaliser (at exit the dict may be gone)
+            pass
 
 
 def launcher() -> Any:
-    """The process's kernel launcher: ``f(record_address) -> CUresult as int`` (0: success).
+    """The kernel launcher now: ``f(record_address) -> CUresult as int`` (0: success).
 
-    It is a numba ``@njit`` function that reads a `LaunchRecord` and calls libcuda's
-    ``cuLaunchKernel`` through its C entry point, so the interpreter makes one call with one
-    int (compiled once a process, on first use). With ``TENFERRO_FAST_LAUNCH=0``, or where it
-    cannot be built, it is the cuda.bindings call. `raise_launch_error` makes the exception.
+    The @njit launcher once it is built, else the cuda.bindings one, which hands over to it as
+    soon as it is ready (callers that keep a launcher ask again at their next synchronize).
+    `raise_launch_error` makes the exception.
     """
-    global _launcher
-    if _launcher is None:
-        _launcher = _make_njit_launcher() or _bindings_launcher
-    return _launcher
+    return _fast_launch or _bindings_launcher
+
+
+def build_fast_calls(wait: bool = True) -> bool:
+    """Build the @njit launcher and stream wait now (``wait``) or in the background.
+
+    True when they are ready: not with ``TENFERRO_FAST_LAUNCH=0``, without numba, or where
+    libcuda cannot be opened by name.
+    """
+    global _build_thread
+    if os.environ.get("TENFERRO_FAST_LAUNCH", "1") != "0":
+        with _build_lock:
+            if _build_thread is None:
+                import atexit
+
+                _build_thread = threading.Thread(target=_build, name="tenferro-fast-calls",
+                                                 daemon=True)
+                _build_thread.start()
+                atexit.register(_build_thread.join)  # never end the process mid-compile
+        if wait:
+            _build_thread.join()
+    return _fast_launch is not None
+
+
+def _build() -> None:
+    global _fast_launch, _fast_wait
+    wait, launch = _make_njit_wait(), _make_njit_launcher()
+    _fast_wait = wait
+    _fast_launch = launch
+
+
+def _hot_call() -> None:
+    global _calls
+    _calls += 1
+    if _calls == HOT_CALLS:
+        build_fast_calls(wait=False)
 
 
 def _bindings_launcher(record: int) -> int:
-    import ctypes
+    fast = _fast_launch
+    if fast is not None:
+        return fast(record)
+    if _calls < HOT_CALLS:
+        _hot_call()
+    return int(_launch_kernel(*_record_calls[record])[0])
 
-    w = (ctypes.c_uint64 * 10).from_address(record)
-    return int(_launch_kernel(_cu.CUfunction(w[0]), w[1], w[2], w[3], w[4], w[5], w[6], w[7],
-                              _cu.CUstream(w[8]), w[9], 0)[0])
+
+def wait_for_stream(waiter: int, producer: int, event: int, op: str) -> None:
+    """Record ``event`` on ``producer`` and make ``waiter`` wait for it (host unblocked).
+
+    One @njit call into libcuda once the fast calls are built (about a microsecond, where the
+    two binding calls cost three).
+    """
+    fast = _fast_wait
+    if fast is not None:
+        err = fast(waiter, producer, event)
+    else:
+        if _calls < HOT_CALLS:
+            _hot_call()
+        err = _bindings_wait(waiter, producer, event)
+    if err:
+        raise _fail(op, err)
 
 
 def _make_njit_launcher() -> Any:
-    if os.environ.get("TENFERRO_FAST_LAUNCH", "1") == "0":
-        return None
     try:
         import ctypes
 
@@ -681,8 +732,6 @@ def _bindings_wait(waiter: int, producer: int, event: int) -> int:
 
 
 def _make_njit_wait() -> Any:
-    if os.environ.get("TENFERRO_FAST_LAUNCH", "1") == "0":
-        return None
     try:
         import ctypes
 

@@ -225,6 +225,7 @@ class BoundLaunch:
             if self._held_generation != live.generation:  # once per holds list, not per call
                 self._held_generation = live.generation  # before: a fence in hold moves it on
                 live.hold(self)
+                self._launch = _driver.launcher()  # the @njit one, once it is built
         except KernelFault as exc:  # the launch or a fence query saw a fault
             raise s.fault_seen(exc) from None
 

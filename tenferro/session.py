@@ -64,8 +64,7 @@ class Session:
         if not isinstance(device, int) or isinstance(device, bool) or device < 0:
             raise ValidationError(f"Session: {device=} must be an int >= 0")
         self.device = device
-        self._external_stream = stream_value(stream, "stream", "Session", objects=True,
-                                             handle=True)
+        self._external_stream = stream_value(stream, "stream", "Session", objects=True, handle=True)
         self._stream_owner = stream  # an object with __cuda_stream__ keeps its stream alive
         self._open = False
         self.stream = 0  # the stream's handle while open (stream_handle checks use first)
@@ -282,6 +281,7 @@ class Session:
         except KernelFault as exc:
             raise self.fault_seen(exc) from None
         self.liveness.release_all()
+        self.launcher = _driver.launcher()  # the @njit one, once it is built
 
 
 def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,

@@ -51,3 +51,57 @@ def test_both_ways_of_waiting_for_a_stream_work_and_report_the_driver_result(ses
                                               r"CUDA_ERROR_INVALID"):
         _driver.wait_for_stream(session.stream_handle, 1, 0, "session.test")
     assert np.isfinite(session.download(session.upload(np.ones(3)))).all()  # still usable
+
+
+@pytest.fixture
+def fresh_fast_calls(monkeypatch):
+    """The process's fast-call state as at its start, with a small HOT_CALLS and a stand-in
+    driver: launches are recorded, not made."""
+    sent = []
+    monkeypatch.setattr(_driver, "_launch_kernel", lambda *a: sent.append(a) or (0,))
+    for name, value in (("_fast_launch", None), ("_fast_wait", None), ("_calls", 0),
+                        ("_build_thread", None), ("HOT_CALLS", 3)):
+        monkeypatch.setattr(_driver, name, value)
+    return sent
+
+
+def test_launches_use_the_bindings_until_the_process_is_hot_then_the_fast_launcher(
+        fresh_fast_calls, monkeypatch):
+    built = []
+
+    def fast(record):
+        built.append(record)
+        return 0
+
+    monkeypatch.setattr(_driver, "_make_njit_launcher", lambda: fast)
+    monkeypatch.setattr(_driver, "_make_njit_wait", lambda: None)
+    record = _driver.LaunchRecord(0x1234, (2, 1, 1, 32, 1, 1, 64), 0x99, 0x5000)
+    launch = _driver.launcher()
+    assert launch is not fast
+    for _ in range(3):  # HOT_CALLS: the third starts the build
+        assert launch(record.address) == 0
+    sent = fresh_fast_calls
+    assert len(sent) == 3 and int(sent[0][0]) == 0x1234 and int(sent[0][8]) == 0x99
+    assert sent[0][1:8] == (2, 1, 1, 32, 1, 1, 64) and sent[0][9:] == (0x5000, 0)
+    _driver.build_fast_calls(wait=True)
+    assert _driver.launcher() is fast
+    assert launch(record.address) == 0  # a launcher kept from before hands over
+    assert built == [record.address] and len(sent) == 3
+
+
+def test_no_fast_calls_are_built_when_switched_off(fresh_fast_calls, monkeypatch):
+    monkeypatch.setenv("TENFERRO_FAST_LAUNCH", "0")
+    monkeypatch.setattr(_driver, "_make_njit_launcher", lambda: pytest.fail("built"))
+    record = _driver.LaunchRecord(0x1, (1, 1, 1, 1, 1, 1, 0), 0x2, 0x3)
+    for _ in range(5):
+        assert _driver.launcher()(record.address) == 0
+    assert _driver._build_thread is None and _driver.build_fast_calls() is False
+    assert len(fresh_fast_calls) == 5
+
+
+def test_a_record_gone_leaves_a_newer_one_at_its_address():
+    a = _driver.LaunchRecord(0x10, (1, 1, 1, 1, 1, 1, 0), 0x2, 0x3)
+    address = a.address
+    assert address in _driver._record_calls
+    del a
+    assert address not in _driver._record_calls
