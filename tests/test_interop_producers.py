@@ -231,3 +231,50 @@ def test_a_numba_kernel_takes_torch_tensors(session, rng):
                    [session.tensor_mut(out), session.tensor(x), np.float32(0.5), np.int64(n)])
     session.synchronize()
     np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-6)
+
+
+@pytest.fixture
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+def test_cupy_arrays_are_read_directly_and_match_the_dlpack_span(session, cupy, monkeypatch):
+    base = cupy.arange(60, dtype=cupy.float64).reshape(6, 10)
+    views = [base, base.T, base[::-1], base[1:, 2::3], cupy.ones(7, dtype=cupy.complex64),
+             cupy.ones(5, dtype=cupy.float16), cupy.zeros((0, 3), dtype=cupy.int32),
+             cupy.ones(4, dtype=cupy.bool_)]
+    monkeypatch.setitem(producers._readers, cupy.ndarray, None)
+    general = [session.tensor(v, allow_strided=True) for v in views]  # through CAI
+    monkeypatch.delitem(producers._readers, cupy.ndarray)
+    reader = producers.direct_reader(cupy.ndarray)
+    assert reader is not None
+    read = []
+    monkeypatch.setitem(producers._readers, cupy.ndarray,
+                        lambda x, device, op: read.append(x) or reader(x, device, op))
+    for v, g in zip(views, general, strict=True):
+        d = session.tensor(v, allow_strided=True)
+        for field in ("ptr", "shape", "strides", "scalar_type", "nbytes", "lo", "hi"):
+            assert getattr(d, field) == getattr(g, field), (v.shape, v.strides, field)
+        assert d.owner is v
+    assert len(read) == len(views)
+    np.testing.assert_array_equal(session.download(session.tensor(base[::-1])),
+                                  np.arange(60.0).reshape(6, 10)[::-1])
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x has non-compact strides"):
+        session.tensor(base.T)
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor_mut: x has a zero stride"):
+        session.tensor_mut(cupy.broadcast_to(cupy.ones(3), (4, 3)), allow_strided=True)
+
+
+def test_cupy_arrays_on_a_cupy_stream_are_ordered_at_the_launch(session, cupy, rng, records):
+    fn = session.compile(AXPY).function("axpy")
+    n = 3000
+    x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        x, y = cupy.asarray(x0), cupy.asarray(y0)
+        records.clear()
+        session.launch(fn, tf.LaunchConfig.flat(n, 256),
+                       [session.tensor_mut(y), session.tensor(x), tf.f32(-1.5), tf.u32(n)])
+    assert records == [stream.ptr]
+    np.testing.assert_allclose(session.download(session.tensor(y)),
+                               y0.astype(np.float64) - 1.5 * x0, rtol=1e-6, atol=1e-6)

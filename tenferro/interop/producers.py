@@ -1,11 +1,12 @@
-"""Producers read through their own attributes: torch tensors, without DLPack or CAI.
+"""Producers read through their own attributes (torch tensors, CuPy arrays), not a protocol.
 
 A DLPack capsule costs tens of microseconds a tensor; a torch tensor's own fields cost about
-one. `direct_reader` names the reader for an array's exact class, or None where the general
-path (DLPack, then the CUDA Array Interface) serves. A reader returns what the import needs,
-or None to hand the array to the general path, which then says what is wrong with it (host
-memory, ``requires_grad``, a sparse layout) in the words it always has; what only the reader
-can see (torch's neg bit) it refuses itself. torch is never imported here: a class is
+one, and a CuPy array's CUDA Array Interface builds a dictionary each time. `direct_reader`
+names the reader for an array's exact class, or None where the general path (DLPack, then the
+CUDA Array Interface) serves. A reader returns what the import needs, or None to hand the
+array to the general path, which then says what is wrong with it (host memory,
+``requires_grad``, a sparse layout) in the words it always has; what only the reader can see
+(torch's neg bit) it refuses itself. torch and CuPy are never imported here: a class is
 recognised only once the user has imported its library.
 """
 
@@ -36,8 +37,11 @@ def direct_reader(cls: type) -> Reader | None:
         pass
     reader = None
     torch = sys.modules.get("torch")
+    cupy = sys.modules.get("cupy")
     if torch is not None and cls in (torch.Tensor, torch.nn.Parameter):
         reader = _torch_reader(torch)  # a subclass (FakeTensor, DTensor) takes the general path
+    elif cupy is not None and cls is cupy.ndarray:
+        reader = _cupy_reader(cupy)
     _readers[cls] = reader
     return reader
 
@@ -83,6 +87,30 @@ def _torch_reader(torch: Any) -> Reader:
         return ptr, shape, strides, t, current_stream(dev) or LEGACY, nbytes
 
     return read_torch
+
+
+def _cupy_reader(cupy: Any) -> Reader:
+    """The reader of CuPy arrays: its dtype table and stream query bound once."""
+    by_dtype = {t.numpy: t for t in dtypes.SCALAR_TYPES if t.numpy is not None}
+    current_stream = cupy.cuda.get_current_stream
+
+    def read_cupy(x: Any, device: int, op: str) -> Direct | None:
+        try:
+            t = by_dtype.get(x.dtype)
+            if t is None:
+                return None
+            dev = x.device.id
+            ptr, shape, strides = x.data.ptr, x.shape, x.strides
+            nbytes = x.nbytes if x.flags.c_contiguous else -1
+            stream = current_stream().ptr
+        except Exception:
+            return None
+        if dev != device:
+            raise ValidationError(f"{op}: x lives on device {dev}, this session is on device "
+                                  f"{device}")
+        return ptr, shape, strides, t, stream or LEGACY, nbytes
+
+    return read_cupy
 
 
 _strides_cache: dict[tuple, tuple[int, ...]] = {}
