@@ -295,7 +295,7 @@ class NumbaKernel:
     ``s.numba_kernel(f)`` returns one; ``s.launch`` takes it where it takes a Function.
     """
 
-    __slots__ = ("__weakref__", "_by_kind", "_last", "dispatcher", "name", "session",
+    __slots__ = ("__weakref__", "_by_kind", "_last_specialized", "dispatcher", "name", "session",
                  "specializations")
 
     def __init__(self, session: Any, dispatcher: Any, name: str) -> None:
@@ -304,16 +304,16 @@ class NumbaKernel:
         self.name = name
         self.specializations: dict[tuple, Any] = {}  # numba argument types -> Function
         self._by_kind: dict[tuple, Any] = {}  # `_kind_of` each argument -> Function
-        self._last: tuple = ((), None)
+        self._last_specialized: tuple = ((), None)
         session.liveness.add_cache(self)
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
-        self._last = ((), None)
+        self._last_specialized = ((), None)
 
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""
-        prev, fn = self._last
+        prev, fn = self._last_specialized
         if len(args) == len(prev) and all(map(_is, args, prev)):
             return fn
         kinds = tuple(map(_kind_of, args))  # numba's types cost microseconds each to make
@@ -326,7 +326,7 @@ class NumbaKernel:
                     self.session, self.dispatcher, key, self.name, op)
             if None not in kinds:
                 self._by_kind[kinds] = fn
-        self._last = (tuple(args), fn)
+        self._last_specialized = (tuple(args), fn)
         return fn
 
     def __repr__(self) -> str:
