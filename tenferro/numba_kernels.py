@@ -272,61 +272,37 @@ def _specialization_type(a: Any, op: str, i: int) -> Any:
                           "scalar")
 
 
-def _kind_of(a: Any) -> Any:
-    """What of an argument picks its numba type, read cheaply; None where the slow path must say.
-
-    A span's scalar type, ndim and C-contiguity; a typed scalar's type; a numpy scalar's dtype.
-    """
-    cls = a.__class__
-    if cls is KernelArg:
-        if a.span is None:
-            return None if a.scalar_type is None else a.scalar_type.name
-        a, cls = a.span, a.span.__class__
-    if cls is TensorMut or cls is TensorRef or cls is DeviceBytes:
-        return (a.scalar_type.name, len(a.shape), a.is_c_contiguous)
-    if isinstance(a, np.generic):
-        return ("numpy", a.dtype.str)
-    return None
-
-
 class NumbaKernel:
     """A numba kernel in a session: specialized on the launch's arguments, one per type key.
 
     ``s.numba_kernel(f)`` returns one; ``s.launch`` takes it where it takes a Function.
     """
 
-    __slots__ = ("__weakref__", "_by_kind", "_last_specialized", "dispatcher", "name", "session",
-                 "specializations")
+    __slots__ = ("__weakref__", "_last", "dispatcher", "name", "session", "specializations")
 
     def __init__(self, session: Any, dispatcher: Any, name: str) -> None:
         self.session = session
         self.dispatcher = dispatcher
         self.name = name
-        self.specializations: dict[tuple, Any] = {}  # numba argument types -> Function
-        self._by_kind: dict[tuple, Any] = {}  # `_kind_of` each argument -> Function
-        self._last_specialized: tuple = ((), None)
+        self.specializations: dict[tuple, Any] = {}
+        self._last: tuple = ((), None)
         session.liveness.add_cache(self)
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
-        self._last_specialized = ((), None)
+        self._last = ((), None)
 
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""
-        prev, fn = self._last_specialized
+        prev, fn = self._last
         if len(args) == len(prev) and all(map(_is, args, prev)):
             return fn
-        kinds = tuple(map(_kind_of, args))  # numba's types cost microseconds each to make
-        fn = self._by_kind.get(kinds)
+        key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
+        fn = self.specializations.get(key)
         if fn is None:
-            key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
-            fn = self.specializations.get(key)
-            if fn is None:
-                fn = self.specializations[key] = compile_for_session(
-                    self.session, self.dispatcher, key, self.name, op)
-            if None not in kinds:
-                self._by_kind[kinds] = fn
-        self._last_specialized = (tuple(args), fn)
+            fn = self.specializations[key] = compile_for_session(
+                self.session, self.dispatcher, key, self.name, op)
+        self._last = (tuple(args), fn)
         return fn
 
     def __repr__(self) -> str:

@@ -259,26 +259,3 @@ def test_numba_kernel_refusals(session):
                                                  r"float"):
         session.launch(k, tf.LaunchConfig.flat(8), [session.tensor_mut(y), session.tensor(y),
                                                     2.0, 8])
-
-
-def test_the_cheap_kind_of_an_argument_picks_exactly_one_numba_type():
-    # NumbaKernel looks its specialization up by _kind_of; two arguments of one kind must get
-    # the same numba type, or a launch would run code compiled for another layout or dtype.
-    from itertools import combinations
-
-    from tenferro.dtypes import by_name
-    from tenferro.numba_kernels import _kind_of
-
-    spans = []
-    for cls in (tf.TensorRef, tf.TensorMut):
-        for t in ("f32", "f64", "i32"):
-            n = by_name(t).itemsize
-            for shape, strides in (((4,), (n,)), ((4, 3), (3 * n, n)), ((4, 3), (n, 4 * n))):
-                spans.append(cls(0x1000, shape, strides, by_name(t), 0, None, None))
-    args = [*spans, tf.KernelArg.pointer(spans[0]), tf.f32(1.0), tf.f64(1.0), tf.i64(2),
-            np.float32(1.0), np.int64(3), np.float64(2.0)]
-    for a, b in combinations(args, 2):
-        if _kind_of(a) is not None and _kind_of(a) == _kind_of(b):
-            assert _specialization_type(a, "op", 0) == _specialization_type(b, "op", 0), (a, b)
-    kinds = {_kind_of(a) for a in args}
-    assert None not in kinds and len(kinds) > 10
