@@ -398,3 +398,42 @@ def test_the_straight_line_pack_does_what_the_general_loop_does(data):
         except tf.ValidationError as exc:
             results.append(("refused", str(exc), b.last_args))
     assert results[0] == results[1]
+
+
+def test_which_parameters_take_a_span_and_which_refuse_it():
+    # Both pack paths share these decisions, so they are checked here by what they accept.
+    from tenferro.dtypes import by_name
+    from tenferro.signature import PTR, Param, Signature
+
+    f32 = by_name("f32")
+
+    def span(cls, ptr):
+        return cls(ptr, (4,), (4,), f32, 0, None, _OURS)
+
+    good = [span(tf.TensorMut, 0x1000), span(tf.TensorRef, 0x2000), tf.u64(5), tf.f32(1.0),
+            tf.u32(3), tf.i64(1), tf.f64(2.0), tf.KernelArg.struct(b"s" * 12), tf.u64(9),
+            span(tf.TensorRef, 0x3000)]
+    mixed = _SIGS[2]
+    for pack in (lambda b, a: b.pack(a, _OURS, "session.launch"), lambda b, a: _general(b, a)):
+        assert len(pack(ParamBlock(mixed), good)) == 3
+        for i, ok in ((2, True), (8, True), (9, True), (5, False), (6, False), (3, False),
+                      (4, False), (7, False)):
+            args = list(good)
+            args[i] = span(tf.TensorMut, 0x4000)
+            if ok:  # a pointer-or-int, an 8-byte opaque value, an untyped pointer
+                assert args[i] in pack(ParamBlock(mixed), args)
+            else:
+                with pytest.raises(tf.ValidationError,
+                                   match=rf"^session\.launch: args\[{i}\] expects .*, got a "
+                                         r"TensorMut \(pointer\)"):
+                    pack(ParamBlock(mixed), args)
+        args = list(good)
+        args[0] = span(tf.TensorRef, 0x4000)
+        with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] is a "
+                           r"read-only TensorRef but kernel 'mixed' writes parameter out"):
+            pack(ParamBlock(mixed), args)
+    unnamed = Signature("w", (Param(PTR, 8, 8), Param(PTR, 8, 8, writes=True)), "test")
+    with pytest.raises(tf.ValidationError, match=r"kernel 'w' writes parameter 1; use "
+                                                 r"tensor_mut\(\)"):
+        ParamBlock(unnamed).pack([span(tf.TensorRef, 0x10), span(tf.TensorRef, 0x20)], _OURS,
+                                 "session.launch")

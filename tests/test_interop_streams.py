@@ -76,3 +76,25 @@ def test_open_stream_makes_one_or_checks_the_given_ones_context(monkeypatch):
                              r"not device 3's primary context"):
         open_stream(0x200, _Context, "Session")
     assert asked == [0x100, 0x200]
+
+
+def test_stream_ordering_waits_once_per_producer_stream_at_the_flush(monkeypatch):
+    from tenferro import _driver
+    from tenferro.interop.streams import StreamOrdering
+
+    waits = []
+    monkeypatch.setattr(_driver, "wait_for_stream",
+                        lambda waiter, producer, event, op: waits.append((waiter, producer,
+                                                                          event, op)))
+    order = StreamOrdering(0x50, 0xE0)
+    order.flush("session.launch")
+    assert waits == [] and order.pending == []  # nothing pending: no driver call
+    for producer in (0x70, 0x71, 0x70, 1):
+        order.defer(producer)
+    assert order.pending == [0x70, 0x71, 1] and waits == []  # deferred, not yet ordered
+    order.flush("session.launch")
+    assert waits == [(0x50, 0x70, 0xE0, "session.launch"), (0x50, 0x71, 0xE0, "session.launch"),
+                     (0x50, 1, 0xE0, "session.launch")]
+    assert order.pending == []
+    order.flush("session.launch")
+    assert len(waits) == 3  # flushed once

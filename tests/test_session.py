@@ -184,7 +184,8 @@ class _StreamObj:
 
 
 @pytest.mark.parametrize("ret", [("x", 0), (1, 0x1000), (-1, 0x1000), (0, -5), (0, 1 << 64),
-                                 (0, "0x10"), (0, 0x10, 0), [0, 0x10], None, (True, 0x10)],
+                                 (0, "0x10"), (0, 0x10, 0), [0, 0x10], None, (True, 0x10),
+                                 (0.0, 0x10)],
                          ids=repr)
 def test_session_refuses_malformed_cuda_stream(ret):
     with pytest.raises(tf.ValidationError,
