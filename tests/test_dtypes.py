@@ -45,3 +45,53 @@ def test_lookups_refuse_what_the_table_lacks():
         dtypes.from_dlpack(2, 32, 4, "op")
     assert dtypes.from_dlpack(2, 32, 1, "op") is dtypes.by_name("f32")
     assert np.dtype(np.float32) == dtypes.by_name("f32").numpy
+
+
+_INTS = [("u8", 0, 255), ("u16", 0, 65535), ("u32", 0, 2**32 - 1), ("u64", 0, 2**64 - 1),
+         ("i8", -128, 127), ("i16", -32768, 32767), ("i32", -2**31, 2**31 - 1),
+         ("i64", -2**63, 2**63 - 1), ("bool", 0, 1)]
+
+
+@pytest.mark.parametrize(("name", "lo", "hi"), _INTS)
+def test_the_general_packer_takes_exactly_each_integer_range(name, lo, hi):
+    # tf.u8(255) packs Python ints itself; pack_scalar is what numpy integers, KernelArg.scalar
+    # and bare numbers given for a known parameter type go through.
+    t = dtypes.by_name(name)
+    for v in (lo, hi, np.int64(lo) if lo >= -2**63 else lo, np.uint64(hi) if hi < 2**64 else hi):
+        assert int.from_bytes(dtypes.pack_scalar(t, v, "op"), "little",
+                              signed=t.kind == "int") == int(v)
+    for v in (lo - 1, hi + 1):
+        with pytest.raises(tf.ValidationError, match=rf"^op: {v} is out of range for {name} "
+                                                     rf"\[{lo}, {hi}\]"):
+            dtypes.pack_scalar(t, v, "op")
+
+
+def test_the_general_packer_on_bools_and_non_integers():
+    i32, b = dtypes.by_name("i32"), dtypes.by_name("bool")
+    assert dtypes.pack_scalar(i32, True, "op") == (1).to_bytes(4, "little")  # a bool is 0 or 1
+    assert dtypes.pack_scalar(b, np.bool_(True), "op") == b"\x01"
+    assert dtypes.pack_scalar(b, False, "op") == b"\x00"
+    for v, kind in ((1.0, "float"), (np.float32(2), "float32"), ("3", "str"), (None, "NoneType")):
+        with pytest.raises(tf.ValidationError,
+                           match=rf"^op: i32 needs an integer, got {kind} "):
+            dtypes.pack_scalar(i32, v, "op")
+    with pytest.raises(tf.ValidationError, match=r"^op: f32 needs a real number, got str '1'"):
+        dtypes.pack_scalar(dtypes.by_name("f32"), "1", "op")
+
+
+def test_overflow_messages_name_each_types_largest_value():
+    with pytest.raises(tf.ValidationError, match=r"^op: 70000\.0 overflows f16 \(it rounds past "
+                                                 r"65504\.0\)"):
+        dtypes.pack_scalar(dtypes.by_name("f16"), 70000.0, "op")
+    with pytest.raises(tf.ValidationError, match=r"^op: 1e\+39 overflows f32 \(it rounds past "
+                                                 r"3\.4028234663852886e\+38\)"):
+        dtypes.pack_scalar(dtypes.by_name("f32"), 1e39, "op")
+
+
+@pytest.mark.parametrize(("value", "bits"), [
+    (1.0, 0x3F80), (-2.0, 0xC000), (float("inf"), 0x7F80), (float("-inf"), 0xFF80),
+    (1.00390625, 0x3F80),  # exactly half way between 0x3F80 and 0x3F81: to the even one
+    (1.01171875, 0x3F82),  # half way between 0x3F81 and 0x3F82: to the even one, up
+    (3.3895313892515355e38, 0x7F7F)])  # bf16's largest finite value
+def test_bf16_rounds_to_nearest_even(value, bits):
+    assert dtypes.pack_scalar(dtypes.by_name("bf16"), value, "op") == bits.to_bytes(2, "little")

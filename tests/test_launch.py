@@ -358,3 +358,32 @@ def test_check_against_raises_shared_memory_up_to_the_opt_in_limit():
                                                  rf"\({most} bytes dynamic beside 1024 static\)"):
         check_against(tf.LaunchConfig(1, 32, most + 1), fn, "session.launch")
     assert fn.raised[-1] == most  # the refusal raised nothing
+
+
+@pytest.mark.parametrize(("threads", "block", "blocks"), [
+    (1, 1, 1), (1, 256, 1), (255, 256, 1), (256, 256, 1), (257, 256, 2), (512, 256, 2),
+    (513, 256, 3), (7, 2, 4)])
+def test_flat_takes_the_fewest_blocks_that_cover_the_threads(threads, block, blocks):
+    c = tf.LaunchConfig.flat(threads, block, 96)
+    assert (c.grid, c.block, c.shared_mem_bytes) == ((blocks, 1, 1), (block, 1, 1), 96)
+
+
+@pytest.mark.parametrize(("threads", "block", "msg"), [
+    (0, 256, r"threads=0 must be an int >= 1"), (-1, 256, r"threads=-1"),
+    (True, 256, r"threads=True"), (2.0, 256, r"threads=2\.0"),
+    (1, 0, r"block=0 must be an int >= 1"), (1, True, r"block=True"), (1, -3, r"block=-3"),
+    (1, 1.0, r"block=1\.0")])
+def test_flat_refuses_by_name(threads, block, msg):
+    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.flat: " + msg):
+        tf.LaunchConfig.flat(threads, block)
+
+
+def test_a_block_of_1025_threads_is_refused_and_1024_accepted():
+    assert tf.LaunchConfig(1, (4, 4, 64)).threads_per_block == 1024
+    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: block=\(5, 5, 41\) has 1025 "
+                                                 r"threads; at most 1024"):
+        tf.LaunchConfig(1, (5, 5, 41))
+    assert tf.LaunchConfig(1, 32).shared_mem_bytes == 0  # the default
+    for bad in (True, 1.0, "0"):
+        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: shared_mem_bytes="):
+            tf.LaunchConfig(1, 32, bad)
