@@ -2,6 +2,7 @@
 
 import ctypes
 import gc
+import re
 import struct
 import sys
 
@@ -270,3 +271,50 @@ def test_a_dlpack_producer_that_says_its_view_is_negated_is_refused():
     with pytest.raises(tf.ValidationError, match=r"^op: x is a negated view .*resolve_neg"):
         dlpack.read_dlpack(Negated(), 7, 0, "op")
     assert not Negated.exported
+
+
+def _plain(**kw):
+    d = {"versioned": True, "major": 1, "flags": 0, "data": 0x7000_0000, "device_type": 2,
+         "device_id": 0, "ndim": 1, "code": 2, "bits": 32, "lanes": 1, "shape": [4],
+         "strides": None, "offset": 0}
+    d.update(kw)
+    return d
+
+
+@pytest.mark.parametrize(("ndim", "shape", "ok"), [
+    (0, [], True), (1, [0], True), (2, [3, 0], True), (dlpack.MAX_NDIM, [1] * dlpack.MAX_NDIM,
+                                                       True),
+    (dlpack.MAX_NDIM + 1, [1] * (dlpack.MAX_NDIM + 1), False), (1, [-1], False)])
+def test_dlpack_ndim_and_extents_on_both_sides(ndim, shape, ok):
+    d = _plain(ndim=ndim, shape=shape)
+    buf, cap = _craft(d)
+    if ok:
+        f = dlpack.read_capsule(cap, "op", producer=buf)
+        assert f.shape == tuple(shape) and f.owner.producer is buf  # the owner keeps it alive
+        assert f.strides == c_strides(f.shape, 4)
+    else:
+        with pytest.raises(tf.ValidationError, match=r"^op: DLPack (ndim=65 must be from 0 to "
+                                                     r"64|shape=\(-1,\) has a negative extent)"):
+            dlpack.read_capsule(cap, "op")
+
+
+@pytest.mark.parametrize(("device_type", "where"), [
+    (1, "host (kDLCPU)"), (3, "pinned host (kDLCUDAHost)"), (7, "device_type 7")])
+def test_dlpack_memory_a_session_cannot_use_is_named(device_type, where):
+    _buf, cap = _craft(_plain(device_type=device_type))
+    with pytest.raises(tf.ValidationError, match=rf"^op: x is in {re.escape(where)} memory; the "
+                                                 r"session needs CUDA device memory"):
+        dlpack.read_capsule(cap, "op")
+
+
+def test_cai_takes_zero_extents_keeps_its_producer_and_names_bad_fields():
+    p = _Producer({"shape": (3, 0), "typestr": "<f4", "data": (0, False), "version": 3})
+    f = read_cai(p, "op")
+    assert f.shape == (3, 0) and f.owner is p
+    for field, value in (("shape", (2.0,)), ("strides", (4.0,))):
+        cai = {"shape": (1,), "typestr": "<f4", "data": (0x7000, False), "version": 3,
+               field: value}
+        with pytest.raises(tf.ValidationError, match=rf"^op: __cuda_array_interface__ "
+                                                     rf"{field}={re.escape(repr(value))} must "
+                                                     r"be a tuple of ints"):
+            read_cai(_Producer(cai), "op")
