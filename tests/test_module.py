@@ -255,3 +255,64 @@ def test_session_compile_refuses_another_architecture(session):
                        match=rf"session\.compile: arch='{other}' is not this device's "
                              rf"architecture \(sm_{major}{minor}, "):
         session.compile("extern \"C\" __global__ void f() {}", arch=other)
+
+
+@pytest.mark.parametrize(("kwargs", "pattern"), [
+    ({"options": ["--gpu-architecture=sm_80"]}, r"options=.*give the architecture as arch="),
+    ({"name_expressions": ["fill\0<float>"]}, r"name_expressions=.*: each must be a non-empty "
+                                              r"str"),
+    ({"name": "a\0.cu"}, r"name='a\\x00\.cu' must be a non-empty str"),
+    ({"arch": 90}, r"arch=90 must look like 'sm_90'"),
+    ({"arch": None}, r"arch=None must look like 'sm_90'"),
+])
+def test_compile_refusals_of_spellings_that_slip_past_a_first_check(kwargs, pattern):
+    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: " + pattern):
+        tf.compile_cuda(SRC, **kwargs)
+
+
+def test_a_nul_anywhere_is_found_from_the_first():
+    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: source has a NUL character at "
+                                                 r"offset 0;"):
+        tf.compile_cuda("\0" + SRC)
+    with pytest.raises(tf.ValidationError, match=r"at offset 5;"):
+        tf.compile_cuda("// ab\0" + SRC + "\0")
+
+
+def test_a_compile_from_the_cache_is_the_compile_it_stored(tmp_path, monkeypatch):
+    # A cache directory that does not exist yet (two levels deep) is made; what comes back
+    # from it is the same image, target, architecture and signatures, and no temporary file
+    # is left beside the entry.
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "deep" / "cache"))
+    src = SRC + "\n// cache round trip"
+    fresh = tf.compile_cuda(src, arch="sm_90")
+    hit = tf.compile_cuda(src, arch="sm_90")
+    assert (fresh.from_cache, hit.from_cache) == (False, True)
+    for field in ("image", "ptx", "target", "arch", "lowered_names"):
+        assert getattr(hit, field) == getattr(fresh, field), field
+    assert hit.arch == "sm_90" and hit.image[:4] == b"\x7fELF"
+    assert hit.signatures["scale"] == fresh.signatures["scale"]
+    files = sorted(p.name for p in (tmp_path / "deep" / "cache").iterdir())
+    assert len(files) == 1 and files[0].endswith(".tfmod") and not files[0].startswith(".tmp")
+    ptx_fresh = tf.compile_cuda(src, arch="compute_90", target="ptx")
+    ptx_hit = tf.compile_cuda(src, arch="compute_90", target="ptx")
+    assert ptx_hit.from_cache and ptx_hit.image == ptx_fresh.image and ptx_hit.target == "ptx"
+
+
+def test_the_cache_defaults_to_the_users_cache_directory(tmp_path, monkeypatch):
+    from tenferro import module
+
+    monkeypatch.delenv("TENFERRO_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert module.cache_dir() == tmp_path / ".cache" / "tenferro"
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "mine"))
+    assert module.cache_dir() == tmp_path / "mine"
+
+
+def test_a_compile_error_names_the_file_nvrtc_was_given():
+    bad = 'extern "C" __global__ void bad(float* y) { y[0] = nope; }'
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda(bad)
+    assert "tenferro.cu(" in info.value.log
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda(bad, name="mine.cu")
+    assert "mine.cu(" in info.value.log
