@@ -53,6 +53,11 @@ class Param:
             return self.scalar.name
         return f"{self.size * 8}-bit {self.kind}"
 
+    def __repr__(self) -> str:
+        name = f" {self.name}" if self.name else ""
+        access = {True: " (written)", False: " (read)"}.get(self.writes, "")
+        return f"<{self.describe()}{name}{access}>"
+
 
 @dataclass(frozen=True, slots=True)
 class Signature:
@@ -64,6 +69,10 @@ class Signature:
 
     def __len__(self) -> int:
         return len(self.params)
+
+    def __repr__(self) -> str:
+        params = ", ".join(repr(p)[1:-1] for p in self.params)
+        return f"Signature({self.name}({params}), from {self.origin})"
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)

@@ -145,3 +145,18 @@ def test_c_declarations_refine_the_ptx_even_with_comments_in_the_list(params):
     assert sig.origin == "cuda" or not params
     got = [(p.kind, p.scalar.name if p.scalar is not None else None) for p in sig.params]
     assert got == [want for *_, want in params], src
+
+
+def test_a_signature_reads_as_a_parameter_list():
+    from tenferro.dtypes import by_name
+    from tenferro.signature import FLOAT, PTR, Param, Signature
+
+    sig = Signature("k", (Param(PTR, 8, 8, name="out", writes=True),
+                          Param(PTR, 8, 8, name="x", writes=False), Param(PTR, 8, 8),
+                          Param(FLOAT, 4, 4, by_name("f32"), "a")), "numba")
+    assert repr(sig) == ("Signature(k(pointer out (written), pointer x (read), pointer, "
+                         "f32 a), from numba)")
+    assert repr(sig.params[3]) == "<f32 a>"
+    r = tf.compile_cuda('extern "C" __global__ void axpy(float* y, const float* x, float a, '
+                        'unsigned n) {}')
+    assert len(repr(r.signatures["axpy"])) < 120
