@@ -1,0 +1,92 @@
+"""The Itanium demangler (tenferro.mangling) against what NVRTC lowers kernel names to."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tenferro as tf
+from tenferro.mangling import CType, demangle
+
+HEADER = r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+struct S { int a; float b; };
+namespace ns { struct P { double x; }; }
+template<typename T, int N> struct Vec { T v[N]; };
+'''
+
+# (C declaration, how the demangler spells it): the element types a kernel takes.
+BASES = [("float", "float"), ("double", "double"), ("int", "int"),
+         ("unsigned", "unsigned int"), ("long long", "long long"),
+         ("unsigned long long", "unsigned long long"), ("short", "short"),
+         ("unsigned short", "unsigned short"), ("char", "char"), ("signed char", "signed char"),
+         ("unsigned char", "unsigned char"), ("bool", "bool"), ("__half", "__half"),
+         ("__nv_bfloat16", "__nv_bfloat16"), ("S", "S"), ("ns::P", "ns::P"),
+         ("Vec<float, 4>", "Vec<float, 4>")]
+
+
+@st.composite
+def params(draw):
+    c, spelled = draw(st.sampled_from(BASES))
+    shape = draw(st.sampled_from(["value", "ptr", "const ptr", "ptr ptr", "const ptr const ptr",
+                                  "const value"]))
+    decl, want = {
+        "value": (c, spelled),
+        "const value": (f"const {c}", spelled),  # a by-value parameter's const is not mangled
+        "ptr": (f"{c}*", f"{spelled}*"),
+        "const ptr": (f"const {c}*", f"const {spelled}*"),
+        "ptr ptr": (f"{c}**", f"{spelled}**"),
+        "const ptr const ptr": (f"const {c}* const*", f"const {spelled}* const*"),
+    }[shape]
+    return decl, want
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(params(), min_size=1, max_size=6), st.booleans(), st.booleans())
+def test_kernels_of_any_parameter_list_demangle_to_their_declarations(ps, in_namespace,
+                                                                     restrict):
+    decls = ", ".join(f"{d}{' __restrict__' if restrict and d.endswith('*') else ''} p{i}"
+                      for i, (d, _) in enumerate(ps))
+    body = f"__global__ void kern({decls}) {{}}"
+    src = HEADER + (f"namespace outer {{ {body} }}" if in_namespace else body)
+    expr = "outer::kern" if in_namespace else "kern"
+    lowered = tf.compile_cuda(src, name_expressions=[expr], cache=False).lowered_names[expr]
+    d = demangle(lowered)
+    assert d.name == expr and d.template_args == ()
+    assert [p.spell() for p in d.params] == [w for _, w in ps], lowered
+
+
+@pytest.mark.parametrize(("targ", "spelled"), [
+    ("float", "float"), ("__half", "__half"), ("S", "S"), ("ns::P", "ns::P"),
+    ("Vec<double, 2>", "Vec<double, 2>")])
+def test_template_kernels_demangle_with_their_arguments(targ, spelled):
+    src = HEADER + r'''
+template<typename T, int N> __global__ void tk(T* y, const T* x, T v, int n) {}
+namespace ns { template<typename T> __global__ void scale(T* y, T a) {} }
+'''
+    exprs = [f"tk<{targ}, 7>", f"ns::scale<{targ}>"]
+    r = tf.compile_cuda(src, name_expressions=exprs, cache=False)
+    tk = demangle(r.lowered_names[exprs[0]])
+    assert tk.spell() == f"tk<{spelled}, 7>({spelled}*, const {spelled}*, {spelled}, int)"
+    scale = demangle(r.lowered_names[exprs[1]])
+    assert scale.spell() == f"ns::scale<{spelled}>({spelled}*, {spelled})"
+
+
+def test_what_a_launch_check_reads_of_a_parameter():
+    d = demangle("_Z2k1PfPKffj")  # k1(float* y, const float* x, float a, unsigned n)
+    y, x, a, n = d.params
+    assert y.pointee == CType("builtin", "float") and not y.pointee.is_const
+    assert x.pointee.is_const and x.pointee.unqualified() == CType("builtin", "float")
+    assert a.pointee is None and n.spell() == "unsigned int"
+    assert demangle("_Z1kv").params == ()  # no parameters
+    assert demangle("_Z4fillIfEvPT_S0_").spell() == "fill<float>(float*, float)"
+    big = "_Z25layernorm_forward_kernel3PfS_S_PKfS1_S1_ii"
+    assert demangle(big).spell() == ("layernorm_forward_kernel3(float*, float*, float*, "
+                                     "const float*, const float*, const float*, int, int)")
+
+
+@pytest.mark.parametrize("bad", ["axpy", "_Z", "_Z3ab", "_Z2k1Pq", "_Z2k1S3_", "_Z4fillIf",
+                                 "_Z4fillIfEvT1_", "_ZN2ns"])
+def test_what_is_not_read_is_a_value_error_naming_the_name(bad):
+    with pytest.raises(ValueError, match=rf"^cannot demangle '{bad}' at offset \d+: "):
+        demangle(bad)
