@@ -21,11 +21,11 @@ from typing import Any
 
 from . import _driver
 from .errors import BackendError, CompileError, ValidationError
-from .signature import Signature, from_driver_layout, parse_ptx, refine_with_source
+from .signature import Signature, from_driver_layout, parse_ptx, refine_with_source, with_c_types
 
 __all__ = ["CompiledCuda", "Function", "Module", "cache_stats", "compile_cuda"]
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: entries keep the C-type probes' names
 _stats_lock = threading.Lock()
 _stats = {"hits": 0, "misses": 0}
 
@@ -150,15 +150,46 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
+    probes = _c_type_probes(source, name, [*base_opts, *opts], ptx.decode())
     entry = {"key": key, "ptx": ptx.decode(), "log": log, "lowered": lowered,
-             "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex()}
+             "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
+             "probes": probes}
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
 
 
+# Instantiated on ``decltype(&kernel)`` for each extern "C" kernel, in a second compile, so that
+# NVRTC's lowered name spells the kernel's C parameter types (tenferro.mangling reads them).
+_PROBE = "__tenferro_c_types_of"
+_PROBE_SOURCE = f"\ntemplate <typename T> __global__ void {_PROBE}() {{}}\n"
+_ENTRY_NAME = re.compile(r"\.entry\s+([\w$]+)")
+
+
+def _c_type_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:
+    """For each extern "C" entry, the lowered name of the probe instantiated on its type.
+
+    Only what compiles: an entry whose name does not resolve at the end of the source (one
+    declared inside a namespace) leaves every probe out, and the signatures keep PTX's view.
+    """
+    entries = [e for e in _ENTRY_NAME.findall(ptx) if not e.startswith("_Z")]
+    if not entries:
+        return {}
+    exprs = [f"{_PROBE}<decltype(&{e})>" for e in entries]
+    try:
+        ok, _log, _ptx, _cubin, lowered = _driver.nvrtc_compile(
+            (source + _PROBE_SOURCE).encode(), name.encode(), [o.encode() for o in options],
+            [x.encode() for x in exprs], False)
+    except BackendError:
+        return {}
+    if not ok:
+        return {}
+    return {e: lowered[x] for e, x in zip(entries, exprs, strict=True) if x in lowered}
+
+
 def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
     sigs = refine_with_source(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False), source)
+    sigs = with_c_types(sigs, entry.get("probes") or {})
     image = entry.get("image")
     if image is None:
         image = bytes.fromhex(entry["image_hex"])
@@ -179,10 +210,12 @@ def _read_cache(path: Path, key: str) -> dict | None:
         return None  # missing or unreadable: compile again and overwrite
     if not isinstance(entry, dict) or entry.get("key") != key:
         return None
-    ptx, log, lowered, image = (entry.get(k) for k in ("ptx", "log", "lowered", "image_hex"))
+    ptx, log, lowered, image, probes = (entry.get(k) for k in ("ptx", "log", "lowered",
+                                                                "image_hex", "probes"))
     if not (isinstance(ptx, str) and isinstance(log, str) and isinstance(image, str)
-            and isinstance(lowered, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items())):
+            and all(isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in d.items())
+                    for d in (lowered, probes))):
         return None
     try:
         entry["image"] = bytes.fromhex(image)

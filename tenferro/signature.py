@@ -14,8 +14,10 @@ from dataclasses import dataclass, replace
 from . import dtypes
 from .dtypes import ScalarType
 from .errors import ValidationError
+from .mangling import CType, demangle
 
-__all__ = ["Param", "Signature", "parse_ptx", "refine_with_source", "from_driver_layout"]
+__all__ = ["Param", "Signature", "from_driver_layout", "parse_ptx", "refine_with_source",
+           "with_c_types"]
 
 # Parameter kinds.
 PTR = "ptr"  # a device pointer
@@ -31,7 +33,8 @@ class Param:
     """One kernel parameter: its kind, size and alignment in bytes, and exact type if known.
 
     ``writes`` is True / False where the compiler says whether the kernel stores through the
-    pointer (numba kernels), None where nothing says (PTX, CUDA C).
+    pointer (numba kernels), None where nothing says (PTX, CUDA C). ``c_type`` is the C type
+    the compiler gave the parameter (CUDA C compiled by tenferro), None where it is not known.
     """
 
     kind: str
@@ -40,6 +43,7 @@ class Param:
     scalar: ScalarType | None = None
     name: str = ""
     writes: bool | None = None
+    c_type: CType | None = None
 
     def describe(self) -> str:
         """A short human description (``"u32"``, ``"pointer"``, ``"16-byte struct"``)."""
@@ -56,7 +60,8 @@ class Param:
     def __repr__(self) -> str:
         name = f" {self.name}" if self.name else ""
         access = {True: " (written)", False: " (read)"}.get(self.writes, "")
-        return f"<{self.describe()}{name}{access}>"
+        what = self.c_type.spell() if self.c_type is not None else self.describe()
+        return f"<{what}{name}{access}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,3 +219,35 @@ def from_driver_layout(name: str, layout: list[tuple[int, int]]) -> Signature:
             align //= 2
         params.append(Param(OPAQUE, size, align))
     return Signature(name, tuple(params), "driver")
+
+
+def with_c_types(sigs: dict[str, Signature], probes: dict[str, str]) -> dict[str, Signature]:
+    """``sigs`` with each parameter's C type, where the compiler's names give them.
+
+    A C++ entry's own mangled name carries its parameter types; an ``extern "C"`` entry's come
+    from ``probes``, the mangled name of a template instantiated on ``decltype(&entry)``. A
+    name that does not read, or a parameter count that does not match the PTX, leaves that
+    signature as it was.
+    """
+    out = {}
+    for entry, sig in sigs.items():
+        out[entry] = sig
+        try:
+            if entry.startswith("_Z"):
+                c_params = demangle(entry).params
+            elif entry in probes:
+                fn_ptr = demangle(probes[entry]).template_args[0]
+                if fn_ptr.kind != "pointer" or fn_ptr.inner is None or \
+                        fn_ptr.inner.kind != "function":
+                    continue
+                c_params = fn_ptr.inner.args
+                if c_params == (CType("builtin", "void"),):
+                    c_params = ()
+            else:
+                continue
+        except (ValueError, IndexError):
+            continue
+        if len(c_params) == len(sig.params):
+            out[entry] = replace(sig, params=tuple(
+                replace(p, c_type=c) for p, c in zip(sig.params, c_params, strict=True)))
+    return out

@@ -220,8 +220,9 @@ def test_nvrtc_writes_only_into_fresh_writable_buffers(monkeypatch):
 
         monkeypatch.setattr(nvrtc, name, spy)
     tf.compile_cuda('extern "C" __global__ void k() {}', arch="sm_90", cache=False)
-    assert sorted(seen) == [("nvrtcGetCUBIN", bytearray), ("nvrtcGetPTX", bytearray),
-                            ("nvrtcGetProgramLog", bytearray)]
+    # The kernel's compile, then the probe of its C parameter types (no CUBIN asked).
+    assert sorted(set(seen)) == [("nvrtcGetCUBIN", bytearray), ("nvrtcGetPTX", bytearray),
+                                 ("nvrtcGetProgramLog", bytearray)] and len(seen) == 5
     assert " ".join(["a", "b"]) == "a b"
 
 

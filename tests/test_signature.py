@@ -159,4 +159,39 @@ def test_a_signature_reads_as_a_parameter_list():
     assert repr(sig.params[3]) == "<f32 a>"
     r = tf.compile_cuda('extern "C" __global__ void axpy(float* y, const float* x, float a, '
                         'unsigned n) {}')
-    assert len(repr(r.signatures["axpy"])) < 120
+    assert repr(r.signatures["axpy"]) == (
+        "Signature(axpy(float* axpy_param_0, const float* axpy_param_1, float axpy_param_2, "
+        "unsigned int axpy_param_3), from cuda)")
+
+
+def test_compiled_kernels_know_each_parameters_c_type_from_the_compiler():
+    from tenferro.mangling import CType
+
+    src = r'''
+#include <cuda_fp16.h>
+struct S { int a; float b; };
+extern "C" __global__ void c_kernel(float* y, const float* /* , a comma */ x, __half h,
+                                    const S* s, unsigned long long n) {}
+extern "C" __global__ void no_params() {}
+namespace ns { template<typename T> __global__ void cpp(T* o, const T* i, int n) {} }
+'''
+    r = tf.compile_cuda(src, name_expressions=["ns::cpp<double>"], cache=False)
+    c = r.signatures["c_kernel"]
+    assert [p.c_type.spell() for p in c.params] == [
+        "float*", "const float*", "__half", "const S*", "unsigned long long"]
+    assert c.params[1].c_type.pointee.is_const
+    assert c.params[0].c_type.pointee == CType("builtin", "float")
+    assert r.signatures["no_params"].params == ()
+    cpp = r.signatures[r.lowered_names["ns::cpp<double>"]]
+    assert [p.c_type.spell() for p in cpp.params] == ["double*", "const double*", "int"]
+    # What PTX says is kept: the kinds and sizes the launch checks read.
+    assert [p.kind for p in c.params] == ["ptr", "ptr", "float", "ptr", "int"]
+
+
+def test_a_kernel_the_probe_cannot_name_keeps_what_ptx_says():
+    # An extern "C" kernel inside a namespace: &k does not resolve at the end of the source,
+    # so no C types are known, and the compile itself is not affected.
+    src = 'namespace hidden { extern "C" __global__ void k(float* y, int n) {} }'
+    r = tf.compile_cuda(src, cache=False)
+    assert [p.c_type for p in r.signatures["k"].params] == [None, None]
+    assert [p.kind for p in r.signatures["k"].params] == ["ptr", "int"]
