@@ -178,6 +178,25 @@ def _c_param(decl: str) -> Param | None:
     return Param(FLOAT if t.is_float else INT, t.itemsize, t.itemsize, t)
 
 
+_TYPE_WORDS = frozenset({"void", "char", "short", "int", "long", "float", "double", "bool",
+                         "signed", "unsigned", "const", "volatile", "struct", "__restrict__",
+                         "__restrict", "restrict", "__grid_constant__"})
+_LAST_NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
+
+
+def _decl_name(decl: str) -> str:
+    """The parameter's name in one C declaration (``const float* x = 0`` -> ``x``); "" if none.
+
+    A declaration that ends in a type word or a ``*`` names no parameter.
+    """
+    text = decl.split("=", 1)[0].strip()
+    m = _LAST_NAME.search(text)
+    if m is None or m.group(1) in _TYPE_WORDS or m.group(1) in _CTYPES:
+        return ""
+    before = text[:m.start(1)].strip()
+    return m.group(1) if before and not before.endswith("::") else ""
+
+
 def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Signature]:
     """Refine PTX signatures with the ``__global__`` declarations of the CUDA C source.
 
@@ -199,12 +218,12 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
             c = _c_param(decl)
             if c is not None and ptx.kind in (PTR_OR_INT, PTR, INT, FLOAT) and c.size == ptx.size \
                     and (c.kind == FLOAT) == (ptx.kind == FLOAT):
-                params.append(replace(ptx, kind=c.kind, scalar=c.scalar))
+                ptx = replace(ptx, kind=c.kind, scalar=c.scalar)
             elif c is not None and ptx.kind == BYTES and c.scalar is not None \
                     and c.size == ptx.size:  # __half / __nv_bfloat16 are structs in PTX
-                params.append(replace(ptx, kind=FLOAT, scalar=c.scalar))
-            else:
-                params.append(ptx)
+                ptx = replace(ptx, kind=FLOAT, scalar=c.scalar)
+            pname = _decl_name(decl)  # the declaration's name, where it gives one
+            params.append(replace(ptx, name=pname) if pname else ptx)
         out[name] = Signature(name, tuple(params), "cuda")
     return out
 

@@ -160,8 +160,7 @@ def test_a_signature_reads_as_a_parameter_list():
     r = tf.compile_cuda('extern "C" __global__ void axpy(float* y, const float* x, float a, '
                         'unsigned n) {}')
     assert repr(r.signatures["axpy"]) == (
-        "Signature(axpy(float* axpy_param_0, const float* axpy_param_1, float axpy_param_2, "
-        "unsigned int axpy_param_3), from cuda)")
+        "Signature(axpy(float* y, const float* x, float a, unsigned int n), from cuda)")
 
 
 def test_compiled_kernels_know_each_parameters_c_type_from_the_compiler():
@@ -195,3 +194,23 @@ def test_a_kernel_the_probe_cannot_name_keeps_what_ptx_says():
     r = tf.compile_cuda(src, cache=False)
     assert [p.c_type for p in r.signatures["k"].params] == [None, None]
     assert [p.kind for p in r.signatures["k"].params] == ["ptr", "int"]
+
+
+@pytest.mark.parametrize(("decl", "name"), [
+    ("float* y", "y"), ("const float* __restrict__ x", "x"), ("unsigned n", "n"),
+    ("int n = 4", "n"), ("float v[4]", "v"), ("const S* p", "p"), ("S s", "s"),
+    ("ns::P p", "p"), ("const float* const* pp", "pp"), ("__half h", "h"),
+    ("unsigned", ""), ("float*", ""), ("ns::P", ""), ("unsigned long long", ""),
+    ("const float*", ""), ("int32_t", "")])
+def test_a_parameters_name_is_read_from_its_declaration(decl, name):
+    from tenferro.signature import _decl_name
+
+    assert _decl_name(decl) == name
+
+
+def test_declared_names_reach_the_signature_and_unnamed_ones_keep_ptxs():
+    src = (
+        'extern "C" __global__ void k(float* out, /* a, b */ const float* in, int /*unused*/,\n'
+        '                             unsigned long long count = 7) {}')
+    r = tf.compile_cuda(src, cache=False)
+    assert [p.name for p in r.signatures["k"].params] == ["out", "in", "k_param_2", "count"]
