@@ -383,8 +383,8 @@ class Function:
         self.dynamic_shared_limit = nbytes
 
     def __repr__(self) -> str:
-        params = ", ".join(p.describe() for p in self.signature.params)
-        return f"Function({self.name!r}, ({params}))"
+        params = ", ".join(repr(p)[1:-1] for p in self.signature.params)
+        return f"Function({self.name}({params}))"
 
 
 

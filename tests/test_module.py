@@ -317,3 +317,16 @@ def test_a_compile_error_names_the_file_nvrtc_was_given():
     with pytest.raises(tf.CompileError) as info:
         tf.compile_cuda(bad, name="mine.cu")
     assert "mine.cu(" in info.value.log
+
+
+def test_a_function_reads_as_its_c_declaration():
+    from tenferro.module import Function
+
+    r = tf.compile_cuda('extern "C" __global__ void axpy(float* y, const float* x, float a, '
+                        'unsigned n) {}', cache=False)
+
+    class Shown:  # what repr reads of a Function, without a GPU to load one
+        name, signature = "axpy", r.signatures["axpy"]
+
+    assert Function.__repr__(Shown()) == \
+        "Function(axpy(float* y, const float* x, float a, unsigned int n))"
