@@ -214,3 +214,45 @@ def test_declared_names_reach_the_signature_and_unnamed_ones_keep_ptxs():
         '                             unsigned long long count = 7) {}')
     r = tf.compile_cuda(src, cache=False)
     assert [p.name for p in r.signatures["k"].params] == ["out", "in", "k_param_2", "count"]
+
+
+# (declaration, the C type the compiler reports, the name read from the declaration)
+DECLARATIONS = [
+    ("bool b", "bool", "b"), ("char c", "char", "c"), ("signed char sc", "signed char", "sc"),
+    ("unsigned char uc", "unsigned char", "uc"), ("short s", "short", "s"),
+    ("unsigned short us", "unsigned short", "us"), ("int i", "int", "i"),
+    ("unsigned u", "unsigned int", "u"), ("long l", "long", "l"),
+    ("unsigned long ul", "unsigned long", "ul"), ("size_t sz", "unsigned long", "sz"),
+    ("long long ll", "long long", "ll"), ("unsigned long long ull", "unsigned long long", "ull"),
+    ("float f", "float", "f"), ("double d", "double", "d"), ("__half h", "__half", "h"),
+    ("__nv_bfloat16 bh", "__nv_bfloat16", "bh"), ("float2 f2", "float2", "f2"),
+    ("int4 i4", "int4", "i4"), ("S st", "S", "st"), ("const S* sp", "const S*", "sp"),
+    ("float* y", "float*", "y"), ("const float* x", "const float*", "x"),
+    ("const double* __restrict__ r", "const double*", "r"), ("int** pp", "int**", "pp"),
+    ("const float* const* cpp", "const float* const*", "cpp"), ("void* v", "void*", "v"),
+    ("const void* cv", "const void*", "cv"), ("unsigned char* bytes", "unsigned char*", "bytes"),
+    ("const __half* hp", "const __half*", "hp"), ("float4* f4p", "float4*", "f4p"),
+    ("/* a comment, with a comma */ int after_comment", "int", "after_comment"),
+    ("int /* unnamed */", "int", "k_param_32"), ("int last = 3", "int", "last"),
+]
+
+
+def test_a_table_of_declarations_reads_back_as_written():
+    params = ",\n    ".join(d for d, _, _ in DECLARATIONS)
+    src = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+           "struct S { int a; float b; };\n"
+           f'extern "C" __global__ void k(\n    {params}) {{}}\n')
+    sig = tf.compile_cuda(src, cache=False).signatures["k"]
+    got = [(p.c_type.spell(), p.name) for p in sig.params]
+    assert got == [(c, n) for _, c, n in DECLARATIONS]
+    assert len(DECLARATIONS) >= 30
+
+
+def test_a_macro_in_the_parameter_list_keeps_the_compilers_types():
+    src = ('#define PTR(T, name) T* name\n'
+           'extern "C" __global__ void m(PTR(float, y), const int n) {}\n')
+    sig = tf.compile_cuda(src, cache=False).signatures["m"]
+    assert [p.c_type.spell() for p in sig.params] == ["float*", "int"]
+    from tenferro.signature import INT, PTR_OR_INT
+
+    assert [p.kind for p in sig.params] == [PTR_OR_INT, INT]  # PTX's view, as before
