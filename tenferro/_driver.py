@@ -20,6 +20,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "MEMORY_DEVICE",
     "MEMORY_HOST",
     "PrimaryContext",
+    "build_fast_calls",
     "capture_begin",
     "capture_end",
     "context_synchronize",
@@ -37,7 +38,6 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "event_synchronize",
     "func_attribute",
     "func_param_layout",
-    "build_fast_calls",
     "func_set_max_dynamic_shared",
     "graph_destroy",
     "graph_node_count",
@@ -278,7 +278,6 @@ _POOL_STATS = {
 }
 
 
-
 def mem_get_info() -> tuple[int, int]:
     """(free, total) bytes of the current context's device."""
     free, total = _check("cuMemGetInfo", _cu.cuMemGetInfo())
@@ -291,7 +290,6 @@ def default_pool_release_threshold(ordinal: int) -> int:
     pool = _check("cuDeviceGetDefaultMemPool", _cu.cuDeviceGetDefaultMemPool(dev))
     return int(_check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
         pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
-
 
 
 def set_current(handle: int) -> None:
@@ -370,7 +368,6 @@ def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") ->
 
 
 # --- memory -----------------------------------------------------------------------------------
-
 
 
 def mem_free_async(ptr: int, stream: int) -> None:
@@ -528,7 +525,6 @@ def func_param_layout(func: int) -> list[tuple[int, int]]:
 # --- launch -----------------------------------------------------------------------------------
 
 
-
 _launch_kernel = _cu.cuLaunchKernel if _cu is not None else None
 
 
@@ -552,12 +548,9 @@ def graph_node_count(graph: int) -> int:
     return int(_check("cuGraphGetNodes", res)[1])
 
 
-
 def graph_destroy(graph: int) -> None:
     """Destroy a graph."""
     _check("cuGraphDestroy", _cu.cuGraphDestroy(_cu.CUgraph(graph)))
-
-
 
 
 class ExecutableGraph:
