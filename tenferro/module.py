@@ -383,7 +383,7 @@ class Function:
         self.dynamic_shared_limit = nbytes
 
     def __repr__(self) -> str:
-        params = ", ".join(repr(p)[1:-1] for p in self.signature.params)
+        params = ", ".join(p.declaration() for p in self.signature.params)
         return f"Function({self.name}({params}))"
 
 

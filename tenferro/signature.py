@@ -57,11 +57,19 @@ class Param:
             return self.scalar.name
         return f"{self.size * 8}-bit {self.kind}"
 
-    def __repr__(self) -> str:
+    def declaration(self) -> str:
+        """The parameter as a declaration reads: ``const float* x``, ``u32 n``, ``pointer``.
+
+        The C type where the compiler gave one, else `describe`; numba parameters say whether
+        the kernel writes through them.
+        """
         name = f" {self.name}" if self.name else ""
         access = {True: " (written)", False: " (read)"}.get(self.writes, "")
         what = self.c_type.spell() if self.c_type is not None else self.describe()
-        return f"<{what}{name}{access}>"
+        return f"{what}{name}{access}"
+
+    def __repr__(self) -> str:
+        return f"<{self.declaration()}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,7 @@ class Signature:
         return len(self.params)
 
     def __repr__(self) -> str:
-        params = ", ".join(repr(p)[1:-1] for p in self.params)
+        params = ", ".join(p.declaration() for p in self.params)
         return f"Signature({self.name}({params}), from {self.origin})"
 
 
@@ -179,8 +187,7 @@ def _c_param(decl: str) -> Param | None:
 
 
 _TYPE_WORDS = frozenset({"void", "char", "short", "int", "long", "float", "double", "bool",
-                         "signed", "unsigned", "const", "volatile", "struct", "__restrict__",
-                         "__restrict", "restrict", "__grid_constant__"})
+                         "signed", "unsigned", "struct"})
 _LAST_NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
 
 
@@ -189,7 +196,7 @@ def _decl_name(decl: str) -> str:
 
     A declaration that ends in a type word or a ``*`` names no parameter.
     """
-    text = decl.split("=", 1)[0].strip()
+    text = _QUALIFIERS.sub(" ", decl.split("=", 1)[0]).strip()
     m = _LAST_NAME.search(text)
     if m is None or m.group(1) in _TYPE_WORDS or m.group(1) in _CTYPES:
         return ""
