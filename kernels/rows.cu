@@ -1,4 +1,6 @@
 // Row softmax, tiled transpose and the pieces of an inclusive scan.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include "cp_async.cuh"
 #define NEG_INF __int_as_float(0xff800000)
 

@@ -15,9 +15,9 @@ __all__ = ["cumsum", "softmax", "transpose"]
 _FILE = "rows.cu"
 _MAX_GRID_X = (1 << 31) - 1
 _T_TYPES = ("f32", "f64", "i32", "f16", "bf16")
-# transpose moves bits: 2-byte types share one instantiation.
-_T_CTYPES = {"f32": "float", "f64": "double", "i32": "int", "f16": "unsigned short",
-             "bf16": "unsigned short"}
+# transpose is instantiated on each element type, so a launch's span dtypes match its C
+# signature (the 2-byte types compile to the same PTX as unsigned short would).
+_T_CTYPES = {t: C_TYPES[t] for t in _T_TYPES}
 _S_TYPES = ("f32", "f64", "i32")
 # Softmax: threads a row for rows of 4096 columns or more, and the kernel for rows that fit on
 # chip: "cached" (the row in shared memory), "online" (one fold of running (max, sum) pairs) or
