@@ -17,7 +17,18 @@ import numpy as np
 from . import dtypes
 from .dtypes import ScalarType
 from .errors import ValidationError
-from .signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signature
+from .signature import (
+    BYTES,
+    FLOAT,
+    INT,
+    OPAQUE,
+    PTR,
+    PTR_OR_INT,
+    Param,
+    Signature,
+    element_types,
+    value_types,
+)
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 
 __all__ = [
@@ -156,7 +167,26 @@ def _describe(a: Any) -> str:
     return type(a).__name__
 
 
+def _phrase(a: Any) -> str:
+    """What an argument is, as a refusal against a C type says it (``an f64 scalar``)."""
+    if isinstance(a, Span):
+        return f"a {type(a).__name__} (pointer)"
+    if isinstance(a, KernelArg):
+        if a.kind == _SCALAR:
+            name = a.scalar_type.name
+            return f"{'an' if name[0] in 'fi' else 'a'} {name} scalar"
+        if a.kind == _BYTES:
+            aligned = "" if a.align is None else f", aligned to {a.align}"
+            return f"a struct of {len(a.data)} bytes{aligned}"
+        return _phrase(a.span)
+    return f"a {_describe(a)}"
+
+
 def _scalar_fits(p: Param, t: ScalarType) -> bool:
+    if p.c_type is not None:
+        taken = value_types(p.c_type)  # the compiler's type: signedness and width exactly
+        if taken is not None:
+            return t in taken
     if p.kind == INT:
         return t.kind in ("int", "uint", "bool") and t.itemsize == p.size
     if p.kind == FLOAT:
@@ -270,7 +300,8 @@ class ParamBlock(PackedParams):
     Those objects stay referenced until the next launch with others or the session's end.
     """
 
-    __slots__ = ("_pack", "params", "scalars_taken", "slices", "takes_pointer", "writes")
+    __slots__ = ("_pack", "elements", "params", "read_only_ok", "scalars_taken", "slices",
+                 "takes_pointer", "writes")
 
     def __init__(self, sig: Signature) -> None:
         super().__init__(sig)
@@ -285,6 +316,12 @@ class ParamBlock(PackedParams):
         self.takes_pointer = tuple(p.kind is PTR or p.kind is PTR_OR_INT or
                                    (p.kind == OPAQUE and p.size == 8) for p in params)
         self.writes = tuple(bool(p.writes) for p in params)
+        # From the C type where the compiler gave it: the span dtypes a pointer takes (None:
+        # any), and whether memory its producer marked read-only may go there (a const
+        # pointee, or no C type to say otherwise).
+        self.elements = tuple(element_types(p.c_type) for p in params)
+        self.read_only_ok = tuple(p.c_type is None or p.c_type.pointee is None
+                                  or p.c_type.pointee.is_const for p in params)
         self._pack = self._straight_line_pack()
 
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
@@ -310,10 +347,14 @@ class ParamBlock(PackedParams):
         for i, off in enumerate(self.offsets):
             lines.append(f"    a = args[{i}]")
             if self.takes_pointer[i]:
-                ok = "c is TensorMut or c is DeviceBytes" + (
-                    "" if self.writes[i] else " or c is TensorRef")
+                typed = "c is TensorMut"
+                if not self.writes[i]:
+                    typed += " or c is TensorRef" + (
+                        "" if self.read_only_ok[i] else " and not a.producer_readonly")
+                if self.elements[i] is not None:
+                    typed = f"({typed}) and a.scalar_type in elements[{i}]"
                 lines += ["    c = a.__class__",
-                          f"    if ({ok}) and a.session is session:",
+                          f"    if (c is DeviceBytes or {typed}) and a.session is session:",
                           f"        put_u64(mv, {off}, a.ptr)",
                           "        spans.append(a)",
                           f"    elif (a := slot({i}, a, session, op)) is not None:",
@@ -335,6 +376,7 @@ class ParamBlock(PackedParams):
                   "    return spans"]
         namespace = {"block": self, "_is": _is, "general": super().pack, "slot": self.pack_slot,
                      "mv": self._mv, "put_u64": _U64.pack_into, "taken": self.scalars_taken,
+                     "elements": self.elements,
                      "KernelArg": KernelArg, "TensorMut": TensorMut, "TensorRef": TensorRef,
                      "DeviceBytes": DeviceBytes, "check_overlaps": check_overlaps}
         exec("\n".join(lines), namespace)
@@ -344,15 +386,31 @@ class ParamBlock(PackedParams):
         """A new, empty block for the same signature (for a bound launch of its own)."""
         return ParamBlock(self.sig)
 
+    def mismatch(self, op: str, i: int, a: Any, got: str = "", hint: str = "") -> ValidationError:
+        """The refusal of ``a`` for parameter ``i``: what it is against what the kernel takes.
+
+        Against the C type where the compiler gave one (``args[1] 'x' is float64, the kernel
+        takes const float*``), else against the parameter's kind. ``got`` says what ``a`` is
+        where its class does not (a span's dtype).
+        """
+        p = self.params[i]
+        if p.c_type is None:
+            return ValidationError(f"{op}: args[{i}] expects {p.describe()}, got "
+                                   f"{got or _describe(a)}")
+        name = f" {p.name!r}" if p.name else ""
+        what = p.c_type.spell()
+        if p.kind == BYTES:
+            what += f" ({p.size} bytes, aligned to {p.align})"
+        return ValidationError(f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel "
+                               f"takes {what}{hint}")
+
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         cls = a.__class__
         if cls is KernelArg:
             if a.kind == _SCALAR:
                 if a.scalar_type not in self.scalars_taken[i]:
-                    raise ValidationError(
-                        f"{op}: args[{i}] expects {self.params[i].describe()}, got "
-                        f"{a.describe()}")
+                    raise self.mismatch(op, i, a)
                 self._mv[self.slices[i]] = a.data
                 return None
             if a.kind == _POINTER:
@@ -363,6 +421,8 @@ class ParamBlock(PackedParams):
                 if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size or (
                         a.align is not None and p.kind == BYTES and a.align != p.align):
                     where = f" aligned to {p.align}" if p.kind == BYTES else ""
+                    if p.c_type is not None:
+                        raise self.mismatch(op, i, a)
                     raise ValidationError(
                         f"{op}: args[{i}] expects {p.describe()}{where}, got {a.describe()}")
                 self._mv[self.slices[i]] = a.data
@@ -373,21 +433,26 @@ class ParamBlock(PackedParams):
                     f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
                     f"with this session's tensor()/tensor_mut()")
             if not self.takes_pointer[i]:
-                raise ValidationError(f"{op}: args[{i}] expects {self.params[i].describe()}, "
-                                      f"got a {cls.__name__} (pointer)")
+                raise self.mismatch(op, i, a, got=f"a {cls.__name__} (pointer)")
             if cls is TensorRef and self.writes[i]:
                 p = self.params[i]
                 raise ValidationError(
                     f"{op}: args[{i}] is a read-only TensorRef but kernel "
                     f"{self.sig.name!r} writes parameter {p.name or i}; use tensor_mut()")
+            elements = self.elements[i]
+            if elements is not None and cls is not DeviceBytes and \
+                    a.scalar_type not in elements:
+                raise self.mismatch(op, i, a, got=str(a.dtype))
+            if cls is TensorRef and a.producer_readonly and not self.read_only_ok[i]:
+                raise self.mismatch(op, i, a, got="memory its producer marked read-only",
+                                    hint="; declare it const if the kernel only reads it")
             _U64.pack_into(self._mv, self.offsets[i], a.ptr)
             return a
         p = self.params[i]
         if isinstance(a, np.generic):
             t = dtypes.from_numpy(a.dtype, f"{op}: args[{i}]")
             if not _scalar_fits(p, t):
-                raise ValidationError(
-                    f"{op}: args[{i}] expects {p.describe()}, got numpy {a.dtype} scalar")
+                raise self.mismatch(op, i, a)
             data = dtypes.pack_scalar(t, a.item(), f"{op}: args[{i}]")
         elif cls is int or cls is float or cls is bool:
             data = _pack_python(p, a, op, i)

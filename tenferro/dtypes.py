@@ -13,18 +13,21 @@ import numpy as np
 
 from .errors import ValidationError
 
-__all__ = ["ScalarType", "by_name", "from_dlpack", "from_numpy", "is_int", "SCALAR_TYPES"]
+__all__ = ["ScalarType", "by_name", "from_c_name", "from_dlpack", "from_numpy", "is_int",
+           "SCALAR_TYPES"]
 
 # DLPack type codes (dlpack.h DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ScalarType:
     """A scalar type as every layer sees it.
 
     ``kind`` is ``"int"``, ``"uint"``, ``"float"``, ``"bool"`` or ``"complex"``;
-    ``ptx`` is the PTX parameter type a kernel declares for it.
+    ``ptx`` is the PTX parameter type a kernel declares for it. There is one object per type
+    (`SCALAR_TYPES`), compared and hashed by identity: a launch tests membership in sets of
+    them, and hashing eight fields each time would cost more than the test.
     """
 
     name: str
@@ -94,6 +97,26 @@ def by_name(name: str) -> ScalarType:
         raise ValidationError(
             f"dtypes.by_name: unknown scalar type {name!r}; known: {sorted(_BY_NAME)}"
         ) from None
+
+
+# C type names as compilers spell them (``char`` as signed, as NVRTC's targets have it), the
+# fixed-width and size typedefs a declaration may use, and CUDA's half and bfloat16 types.
+_C_NAMES = {
+    "float": "f32", "double": "f64", "bool": "bool",
+    "char": "i8", "signed char": "i8", "unsigned char": "u8", "int8_t": "i8", "uint8_t": "u8",
+    "short": "i16", "unsigned short": "u16", "int16_t": "i16", "uint16_t": "u16",
+    "int": "i32", "signed": "i32", "unsigned": "u32", "unsigned int": "u32",
+    "int32_t": "i32", "uint32_t": "u32",
+    "long": "i64", "unsigned long": "u64", "long long": "i64", "unsigned long long": "u64",
+    "int64_t": "i64", "uint64_t": "u64", "size_t": "u64", "ptrdiff_t": "i64",
+    "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16",
+}
+
+
+def from_c_name(name: str) -> ScalarType | None:
+    """The scalar type a C type name denotes (``"unsigned long"`` -> u64), or None."""
+    found = _C_NAMES.get(name)
+    return None if found is None else _BY_NAME[found]
 
 
 def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:

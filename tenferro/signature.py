@@ -16,8 +16,8 @@ from .dtypes import ScalarType
 from .errors import ValidationError
 from .mangling import CType, demangle
 
-__all__ = ["Param", "Signature", "from_driver_layout", "parse_ptx", "refine_with_source",
-           "with_c_types"]
+__all__ = ["Param", "Signature", "element_types", "from_driver_layout", "parse_ptx",
+           "refine_with_source", "value_types", "with_c_types"]
 
 # Parameter kinds.
 PTR = "ptr"  # a device pointer
@@ -148,16 +148,6 @@ def parse_ptx(text: str, op: str = "signature.parse_ptx", *,
 _GLOBAL = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)", re.S)
-_CTYPES = {
-    "float": "f32", "double": "f64", "bool": "bool",
-    "char": "i8", "signed char": "i8", "unsigned char": "u8", "int8_t": "i8", "uint8_t": "u8",
-    "short": "i16", "unsigned short": "u16", "int16_t": "i16", "uint16_t": "u16",
-    "int": "i32", "signed": "i32", "unsigned": "u32", "unsigned int": "u32",
-    "int32_t": "i32", "uint32_t": "u32",
-    "long": "i64", "unsigned long": "u64", "long long": "i64", "unsigned long long": "u64",
-    "int64_t": "i64", "uint64_t": "u64", "size_t": "u64", "ptrdiff_t": "i64",
-    "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16",
-}
 # Comments, and the string and character literals a comment marker could sit in.
 _COMMENTS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
@@ -179,10 +169,9 @@ def _c_param(decl: str) -> Param | None:
     if len(words) < 2:
         return None
     ctype = " ".join(words[:-1])
-    name = _CTYPES.get(ctype) or _CTYPES.get(ctype.removesuffix(" int"))
-    if name is None:
+    t = dtypes.from_c_name(ctype) or dtypes.from_c_name(ctype.removesuffix(" int"))
+    if t is None:
         return None
-    t = dtypes.by_name(name)
     return Param(FLOAT if t.is_float else INT, t.itemsize, t.itemsize, t)
 
 
@@ -198,7 +187,7 @@ def _decl_name(decl: str) -> str:
     """
     text = _QUALIFIERS.sub(" ", decl.split("=", 1)[0]).strip()
     m = _LAST_NAME.search(text)
-    if m is None or m.group(1) in _TYPE_WORDS or m.group(1) in _CTYPES:
+    if m is None or m.group(1) in _TYPE_WORDS or dtypes.from_c_name(m.group(1)):
         return ""
     before = text[:m.start(1)].strip()
     return m.group(1) if before and not before.endswith("::") else ""
@@ -247,6 +236,78 @@ def from_driver_layout(name: str, layout: list[tuple[int, int]]) -> Signature:
     return Signature(name, tuple(params), "driver")
 
 
+# Pointees that take a span of any dtype: untyped memory and bytes.
+_ANY_ELEMENT = frozenset({"void", "char", "unsigned char"})
+# CUDA's vector types (float2, uint4, longlong2, ...): the element, and the complex type a
+# two-element float or double vector is laid out as (cuComplex is float2).
+_VECTOR = re.compile(r"(u?)(char|short|int|long|longlong|float|double)([1-4])")
+_VECTOR_ELEMENT = {"char": "i8", "short": "i16", "int": "i32", "long": "i64", "longlong": "i64",
+                   "float": "f32", "double": "f64"}
+_PAIRED_HALVES = {"__half2": "f16", "half2": "f16", "__nv_bfloat162": "bf16",
+                  "nv_bfloat162": "bf16"}
+
+
+def value_types(c: CType) -> frozenset[dtypes.ScalarType] | None:
+    """The scalar types a by-value parameter of C type ``c`` takes; None if not a scalar.
+
+    Exactly one, signedness and width included, except plain ``char``, whose signedness C
+    leaves to the target: it takes i8 and u8.
+    """
+    base = c.unqualified()
+    if base.kind not in ("builtin", "class") or base.args:
+        return None
+    if base.name == "char":
+        return frozenset({dtypes.by_name("i8"), dtypes.by_name("u8")})
+    t = dtypes.from_c_name(base.name)
+    return None if t is None else frozenset({t})
+
+
+def element_types(c: CType | None) -> frozenset[dtypes.ScalarType] | None:
+    """The span dtypes a pointer parameter of C type ``c`` takes; None where any is taken.
+
+    ``T*`` takes spans of T; a vector type's pointer (``float4*``) takes its element, and
+    ``float2*`` / ``double2*`` complex64 / complex128 too. ``void*``, ``char*`` and
+    ``unsigned char*`` take any span, as do pointers to structs and to pointers, whose
+    elements no dtype names.
+    """
+    pointee = None if c is None else c.pointee
+    if pointee is None:
+        return None
+    base = pointee.unqualified()
+    if base.kind not in ("builtin", "class") or base.args or base.name in _ANY_ELEMENT:
+        return None
+    t = dtypes.from_c_name(base.name)
+    if t is not None:
+        return frozenset({t})
+    if base.name in _PAIRED_HALVES:
+        return frozenset({dtypes.by_name(_PAIRED_HALVES[base.name])})
+    m = _VECTOR.fullmatch(base.name)
+    if m is None:
+        return None
+    unsigned, element, lanes = m.groups()
+    name = _VECTOR_ELEMENT[element]
+    if unsigned:
+        if name[0] != "i":
+            return None  # there is no unsigned float vector
+        name = "u" + name[1:]
+    t = dtypes.by_name(name)
+    if lanes == "2" and element in ("float", "double"):
+        return frozenset({t, dtypes.by_name("c64" if element == "float" else "c128")})
+    return frozenset({t})
+
+
+def _with_c_type(p: Param, c: CType) -> Param:
+    """``p`` with its C type, and the kind and scalar type that C type settles."""
+    if c.pointee is not None and p.kind in (PTR, PTR_OR_INT) and p.size == 8:
+        return replace(p, kind=PTR, c_type=c)
+    taken = value_types(c)
+    if taken is not None and p.kind in (INT, FLOAT, PTR_OR_INT, BYTES):
+        t = min(taken, key=lambda t: t.name)  # char: i8, as refine_with_source reads it
+        if t.itemsize == p.size:
+            return replace(p, kind=FLOAT if t.is_float else INT, scalar=t, c_type=c)
+    return replace(p, c_type=c)
+
+
 def with_c_types(sigs: dict[str, Signature], probes: dict[str, str]) -> dict[str, Signature]:
     """``sigs`` with each parameter's C type, where the compiler's names give them.
 
@@ -274,6 +335,9 @@ def with_c_types(sigs: dict[str, Signature], probes: dict[str, str]) -> dict[str
         except (ValueError, IndexError):
             continue
         if len(c_params) == len(sig.params):
+            params = [_with_c_type(p, c) for p, c in zip(sig.params, c_params, strict=True)]
+            # PTX's own names (entry_param_0) say nothing the position does not: drop them.
             out[entry] = replace(sig, params=tuple(
-                replace(p, c_type=c) for p, c in zip(sig.params, c_params, strict=True)))
+                replace(p, name="") if p.name == f"{entry}_param_{i}" else p
+                for i, p in enumerate(params)))
     return out

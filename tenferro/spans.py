@@ -2,7 +2,8 @@
 
 A span is made by its session (``s.tensor``, ``s.tensor_mut``, ``s.alloc_bytes``) after every
 check of the design; it records the pointer, size, dtype, shape, strides (in bytes, as numpy and
-the CUDA Array Interface give them), device, and the owner that keeps the memory alive. It is
+the CUDA Array Interface give them), device, the owner that keeps the memory alive, and whether
+the producer marked the memory read-only (a launch then refuses it for a non-const pointer). It is
 usable only in the session that made it, and only while that session is open.
 """
 
@@ -29,6 +30,7 @@ class Span:
         "lo",
         "nbytes",
         "owner",
+        "producer_readonly",
         "ptr",
         "scalar_type",
         "session",
@@ -38,8 +40,10 @@ class Span:
     writable = False
 
     def __init__(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 scalar_type: ScalarType, device: int, owner: Any, session: Any) -> None:
+                 scalar_type: ScalarType, device: int, owner: Any, session: Any,
+                 producer_readonly: bool = False) -> None:
         self.ptr = ptr
+        self.producer_readonly = producer_readonly
         self.shape = shape
         self.strides = strides
         self.scalar_type = scalar_type
@@ -69,6 +73,7 @@ class Span:
         """A span over ``nbytes`` of C-contiguous memory (a Tensor's): no extent to compute."""
         span = object.__new__(cls)
         span.ptr = ptr
+        span.producer_readonly = False
         span.shape = shape
         span.strides = strides
         span.scalar_type = scalar_type

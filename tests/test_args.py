@@ -100,7 +100,7 @@ def test_pack_writes_values_in_place(rng):
 
 @pytest.mark.parametrize("args,pattern", [
     ([tf.u64(1), tf.u64(2), tf.f32(1), 3, 1.0, 1],
-     r"session\.launch: args\[0\] expects pointer, got u64 scalar"),
+     r"session\.launch: args\[0\] 'y' is a u64 scalar, the kernel takes float\*$"),
     ([_mut(0x1000), _ref(0x1000), tf.f32(1), 3, 1.0, 1],
      r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorRef\) overlap"),
     ([_mut(0x1000), _mut(0x1004), tf.f32(1), 3, 1.0, 1],
@@ -108,14 +108,15 @@ def test_pack_writes_values_in_place(rng):
     ([tf.KernelArg.pointer(_mut(0x1000)), _mut(0x1000), tf.f32(1), 3, 1.0, 1],
      r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap"),
     ([_mut(0x1000), _ref(0x1000), tf.f32(1), _ref(0x1000), 1.0, 1],
-     r"session\.launch: args\[3\] expects u32, got a TensorRef"),
+     r"session\.launch: args\[3\] 'n' is a TensorRef \(pointer\), the kernel takes "
+     r"unsigned int$"),
     ([tf.u64(1)], r"session\.launch: kernel 'k' takes 6 argument\(s\), got 1"),
     ([_mut(1), _ref(64), tf.u32(3), tf.u32(4), 1.0, 1],
-     r"session\.launch: args\[2\] expects f32, got u32 scalar"),
+     r"session\.launch: args\[2\] 'a' is a u32 scalar, the kernel takes float$"),
     ([_mut(1), _ref(64), tf.f32(1), tf.u64(4), 1.0, 1],
-     r"session\.launch: args\[3\] expects u32, got u64 scalar"),
+     r"session\.launch: args\[3\] 'n' is a u64 scalar, the kernel takes unsigned int$"),
     ([tf.u32(1), _ref(64), tf.f32(1), tf.u32(4), 1.0, 1],
-     r"session\.launch: args\[0\] expects pointer, got u32 scalar"),
+     r"session\.launch: args\[0\] 'y' is a u32 scalar, the kernel takes float\*$"),
     ([_mut(1), _ref(64), tf.f32(1), 1.5, 1.0, 1],
      r"session\.launch: args\[3\] is a bare Python float"),
     ([_mut(1), _ref(64), tf.f32(1), 1 << 32, 1.0, 1],
@@ -124,7 +125,8 @@ def test_pack_writes_values_in_place(rng):
     ([_mut(1), _ref(64), tf.f32(1), 3, 1.0, "x"],
      r"session\.launch: args\[5\] is str; expected a span"),
     ([_mut(1), _ref(64), np.float64(1), 3, 1.0, 1],
-     r"session\.launch: args\[2\] expects f32, got numpy float64 scalar"),
+     r"session\.launch: args\[2\] 'a' is a numpy float64 scalar, the kernel takes "
+     r"float$"),
 ])
 def test_abi_mismatches_are_refused(args, pattern):
     with pytest.raises(tf.ValidationError, match=pattern):
@@ -154,16 +156,22 @@ def test_struct_args_checked_by_size():
 
     b.pack([tf.KernelArg.struct(P(1.5, 2, 3.25)), _mut(8)], None, "session.launch")
     assert _read(b, 0, "<f") == 1.5
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] 'p' is a struct of "
+                                                 r"8 bytes, the kernel takes P \(16 bytes, "
+                                                 r"aligned to 8\)$"):
+        b.pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
+    ptx = parse_ptx(".entry s(.param .align 8 .b8 s_param_0[16], .param .u64 s_param_1)")["s"]
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] expects 16-byte "
                                                  r"struct aligned to 8, got 8-byte struct$"):
-        b.pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
+        ParamBlock(ptx).pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
     # An alignment, when given, must be the parameter's: 8 is, 4 and 16 are not.
     b.pack([tf.KernelArg.struct(P(2.5, 2, 3.25), align=8), _mut(8)], None, "session.launch")
     assert _read(b, 0, "<f") == 2.5
     for wrong in (4, 16):
-        with pytest.raises(tf.ValidationError, match=rf"session\.launch: args\[0\] expects 16-"
-                                                     rf"byte struct aligned to 8, got 16-byte "
-                                                     rf"struct aligned to {wrong}$"):
+        with pytest.raises(tf.ValidationError, match=rf"session\.launch: args\[0\] 'p' is a "
+                                                     rf"struct of 16 bytes, aligned to {wrong}, "
+                                                     rf"the kernel takes P \(16 bytes, aligned "
+                                                     rf"to 8\)$"):
             b.pack([tf.KernelArg.struct(P(9.0, 2, 3.25), align=wrong), _mut(8)], None,
                    "session.launch")
     assert _read(b, 0, "<f") == 2.5  # the refused structs wrote nothing
@@ -209,7 +217,8 @@ def test_repeated_arguments_skip_rechecks_but_any_change_is_checked():
     spans = b.pack(args, None, "session.launch")
     assert b.pack(args, None, "session.launch") is spans  # same objects: nothing re-checked
     args[2] = tf.f64(1.0)  # the same list, one element changed: checked again
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] 'a' is an f64 "
+                                                 r"scalar, the kernel takes float$"):
         b.pack(args, None, "session.launch")
     args[2] = tf.f32(3.0)
     b.pack(args, None, "session.launch")
@@ -320,6 +329,34 @@ def test_int_factories_at_both_ends_of_their_range(name):
             make(v)
 
 
+TYPED = r'''#include <cuda_fp16.h>
+extern "C" __global__ void t(float* y, const float* x, const double* d, void* v, const char* c,
+                             unsigned char* u, float2* z, const __half* h, unsigned n, int i,
+                             char ch, unsigned long long m) {}
+'''
+
+
+def _typed_args(**changes):
+    """Arguments `TYPED` takes, each span over its own memory; ``changes`` replace some."""
+    from tenferro.dtypes import by_name
+
+    def span(cls, ptr, t):
+        t = by_name(t)
+        return cls(ptr, (4,), (t.itemsize,), t, 0, None, _OURS)
+
+    args = dict(y=span(tf.TensorMut, 0x1000, "f32"), x=span(tf.TensorRef, 0x2000, "f32"),
+                d=span(tf.TensorRef, 0x3000, "f64"), v=span(tf.TensorMut, 0x4000, "f64"),
+                c=span(tf.TensorRef, 0x5000, "i32"), u=span(tf.TensorMut, 0x6000, "bf16"),
+                z=span(tf.TensorMut, 0x7000, "c64"), h=span(tf.TensorRef, 0x8000, "f16"),
+                n=tf.u32(7), i=tf.i32(-7), ch=tf.i8(-1), m=tf.u64(1 << 40))
+    args.update(changes)
+    return list(args.values())
+
+
+def _both_packs():
+    return (lambda b, a: b.pack(a, _OURS, "session.launch"), lambda b, a: _general(b, a))
+
+
 def _signatures():
     from tenferro.dtypes import by_name
     from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signature
@@ -329,7 +366,8 @@ def _signatures():
         Param(PTR_OR_INT, 8, 8), Param(FLOAT, 4, 4, by_name("f32")),
         Param(INT, 4, 4, by_name("u32")), Param(INT, 8, 8), Param(FLOAT, 8, 8, by_name("f64")),
         Param(BYTES, 12, 4), Param(OPAQUE, 8, 8), Param(PTR, 8, 8)), "test")
-    return [tf.compile_cuda(SRC).signatures["k"], parse_ptx(PTX_ONLY, "t")["raw"], mixed]
+    return [tf.compile_cuda(SRC).signatures["k"], parse_ptx(PTX_ONLY, "t")["raw"], mixed,
+            tf.compile_cuda(TYPED).signatures["t"]]
 
 
 _SIGS = _signatures()
@@ -344,8 +382,13 @@ def _pool():
     spans = [cls(ptr, (4,), (4,), f32, 0, None, who) for cls in (tf.TensorMut, tf.TensorRef)
              for ptr in (0x1000, 0x1008, 0x2000) for who in (ours, theirs)]
     spans.append(tf.DeviceBytes(0x3000, (16,), (1,), by_name("u8"), 0, None, ours))
+    spans += [cls(ptr, (2,), (t.itemsize,), t, 0, None, ours)
+              for cls, ptr in ((tf.TensorMut, 0x5000), (tf.TensorRef, 0x6000))
+              for t in map(by_name, ("f64", "c64", "f16", "bf16", "u8", "i32"))]
+    spans.append(tf.TensorRef(0x7000, (4,), (4,), f32, 0, None, ours, True))  # read-only memory
     values = [tf.f32(1.5), tf.f64(-2.0), tf.u32(7), tf.i32(-7), tf.u64(1 << 40), tf.i64(-3),
-              tf.f16(0.5), tf.u8(3), 5, -1, 1 << 63, 2.5, True, np.float32(1.25),
+              tf.f16(0.5), tf.u8(3), tf.i8(-3), tf.u64(3), 5, -1, 1 << 63, 2.5, True,
+              np.float32(1.25), np.int32(3),
               np.uint32(9), np.int64(-4), tf.KernelArg.struct(b"x" * 12),
               tf.KernelArg.struct(b"y" * 8), tf.KernelArg.pointer(spans[0]), "text", None]
     return ours, spans + values
@@ -437,3 +480,129 @@ def test_which_parameters_take_a_span_and_which_refuse_it():
                                                  r"tensor_mut\(\)"):
         ParamBlock(unnamed).pack([span(tf.TensorRef, 0x10), span(tf.TensorRef, 0x20)], _OURS,
                                  "session.launch")
+
+
+def _span(cls, ptr, t, readonly=False):
+    from tenferro.dtypes import by_name
+
+    t = by_name(t)
+    return cls(ptr, (4,), (t.itemsize,), t, 0, None, _OURS, readonly)
+
+
+_T = tf.compile_cuda(TYPED).signatures["t"]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("y", _span(tf.TensorMut, 0x9000, "f64"),
+     r"args\[0\] 'y' is float64, the kernel takes float\*"),
+    ("x", _span(tf.TensorRef, 0x9000, "f64"),
+     r"args\[1\] 'x' is float64, the kernel takes const float\*"),
+    ("x", _span(tf.TensorRef, 0x9000, "i32"),
+     r"args\[1\] 'x' is int32, the kernel takes const float\*"),
+    ("d", _span(tf.TensorRef, 0x9000, "f32"),
+     r"args\[2\] 'd' is float32, the kernel takes const double\*"),
+    ("z", _span(tf.TensorMut, 0x9000, "f64"),
+     r"args\[6\] 'z' is float64, the kernel takes float2\*"),
+    ("h", _span(tf.TensorRef, 0x9000, "bf16"),
+     r"args\[7\] 'h' is bf16, the kernel takes const __half\*"),
+    ("h", tf.KernelArg.pointer(_span(tf.TensorRef, 0x9000, "u8")),
+     r"args\[7\] 'h' is uint8, the kernel takes const __half\*"),
+])
+def test_a_span_of_another_dtype_is_refused_for_a_typed_pointer(name, value, message):
+    for pack in _both_packs():
+        b = ParamBlock(_T)
+        good = _typed_args()
+        pack(b, good)
+        before = bytes(b._mv)
+        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: {message}$"):
+            pack(b, _typed_args(**{name: value}))
+        assert b.last_args == ()  # nothing is taken as checked: the next launch packs anew
+        pack(b, good)
+        assert bytes(b._mv) == before
+
+
+@pytest.mark.parametrize(("name", "dtypes"), [
+    ("y", ["f32"]), ("x", ["f32"]), ("d", ["f64"]), ("h", ["f16"]), ("z", ["f32", "c64"]),
+    ("v", ["f64", "u8", "bf16", "c128", "bool"]), ("c", ["f64", "u8", "i8", "f16"]),
+    ("u", ["f32", "u8", "i64"]),
+])
+def test_a_typed_pointer_takes_its_element_type_and_untyped_ones_take_any(name, dtypes):
+    # float2* is a pair of floats (and complex64's layout); void*, char*, unsigned char* are bytes
+    i = [p.name for p in _T.params].index(name)
+    for pack in _both_packs():
+        for t in dtypes:
+            cls = tf.TensorRef if _T.params[i].c_type.pointee.is_const else tf.TensorMut
+            args = _typed_args(**{name: _span(cls, 0x9000, t)})
+            pack(ParamBlock(_T), args)
+            ws = tf.DeviceBytes(0xA000, (16,), (1,), args[i].scalar_type, 0, None, _OURS)
+            pack(ParamBlock(_T), _typed_args(**{name: ws}))  # a workspace is untyped
+        b = ParamBlock(_T)
+        pack(b, _typed_args(**{name: _span(tf.TensorMut, 0xBBB0, dtypes[0])}))
+        assert _read(b, i, "<Q") == 0xBBB0
+
+
+def test_memory_its_producer_marked_read_only_needs_a_const_pointer():
+    frozen = _span(tf.TensorRef, 0x9000, "f32", readonly=True)
+    for pack in _both_packs():
+        with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] 'y' is memory "
+                           r"its producer marked read-only, the kernel takes float\*; declare it "
+                           r"const if the kernel only reads it$"):
+            pack(ParamBlock(_T), _typed_args(y=frozen))
+        pack(ParamBlock(_T), _typed_args(x=frozen))  # const float*: read-only memory is fine
+        # A read-only span of writable memory is the caller's choice: a non-const pointer takes it
+        pack(ParamBlock(_T), _typed_args(y=_span(tf.TensorRef, 0x9000, "f32")))
+        pack(ParamBlock(_T), _typed_args(c=frozen))  # const char*
+        with pytest.raises(tf.ValidationError, match=r"args\[3\] 'v' is memory its producer "
+                                                     r"marked read-only, the kernel takes void\*;"):
+            pack(ParamBlock(_T), _typed_args(v=frozen))
+
+
+@pytest.mark.parametrize(("name", "accepted", "refused", "takes"), [
+    ("n", [tf.u32(0), tf.u32(2**32 - 1), np.uint32(5)], [tf.i32(5), tf.u64(5), tf.u16(5),
+                                                         np.int32(5)], "unsigned int"),
+    ("i", [tf.i32(-2**31), np.int32(3)], [tf.u32(5), tf.i64(5), np.uint32(5)], "int"),
+    ("ch", [tf.i8(-128), tf.u8(255)], [tf.i16(1), tf.u16(1)], "char"),
+    ("m", [tf.u64(2**64 - 1)], [tf.i64(1), tf.u32(1), np.int64(1)], "unsigned long long"),
+])
+def test_a_scalar_must_have_the_parameters_signedness_and_width(name, accepted, refused, takes):
+    i = [p.name for p in _T.params].index(name)
+    for pack in _both_packs():
+        for a in accepted:
+            b = ParamBlock(_T)
+            pack(b, _typed_args(**{name: a}))
+            size = _T.params[i].size
+            want = a.data if isinstance(a, tf.KernelArg) else a.tobytes()
+            assert bytes(b._mv[b.offsets[i]:b.offsets[i] + size]) == want
+        for a in refused:
+            what = (f"an? {a.scalar_type.name} scalar" if isinstance(a, tf.KernelArg)
+                    else f"a numpy {a.dtype} scalar")
+            with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\] "
+                               rf"'{name}' is {what}, the kernel takes {takes}$"):
+                pack(ParamBlock(_T), _typed_args(**{name: a}))
+
+
+@pytest.mark.parametrize(("name", "last", "first_refused", "type_name"), [
+    ("n", 2**32 - 1, 2**32, "u32"), ("n", 0, -1, "u32"), ("i", 2**31 - 1, 2**31, "i32"),
+    ("i", -2**31, -2**31 - 1, "i32"), ("ch", 127, 128, "i8"), ("m", 2**64 - 1, 2**64, "u64"),
+    ("m", 0, -1, "u64"),
+])
+def test_a_python_int_is_range_checked_into_the_c_type(name, last, first_refused, type_name):
+    i = [p.name for p in _T.params].index(name)
+    size = _T.params[i].size
+    for pack in _both_packs():
+        b = ParamBlock(_T)
+        pack(b, _typed_args(**{name: last}))
+        signed = type_name[0] == "i"
+        assert int.from_bytes(b._mv[b.offsets[i]:b.offsets[i] + size], "little",
+                              signed=signed) == last
+        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\]: "
+                           rf"{first_refused} is out of range for {type_name}"):
+            pack(ParamBlock(_T), _typed_args(**{name: first_refused}))
+
+
+def test_ptx_without_source_keeps_the_kind_checks_only():
+    # PTX cannot say what a .u64 points to: a span of any dtype goes, as the README says.
+    b = ParamBlock(parse_ptx(PTX_ONLY, "t")["raw"])
+    b.pack([_span(tf.TensorMut, 0x9000, "f64"), tf.u32(3), tf.f32(1.0)], _OURS, "session.launch")
+    b.pack([_span(tf.TensorMut, 0x9000, "u8"), tf.u32(3), tf.f32(1.0)], _OURS, "session.launch")
+    assert _read(b, 0, "<Q") == 0x9000

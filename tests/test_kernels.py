@@ -19,6 +19,60 @@ def test_every_source_compiles_without_a_gpu(file, exprs):
     assert r.image and set(r.lowered_names) == set(exprs)
 
 
+def _launches():
+    """Per source file, each kernel an entry point picks and the argument types it passes,
+    read from the entry points' own tables (the dtype a user's array has -> the kernel)."""
+    u32, u64 = "u32", "u64"
+    softmax = [*rows._SOFTMAX["cached"], *rows._SOFTMAX["online"], *rows._SPLIT.values(),
+               "softmax_rows_f32"]
+    return {
+        "elementwise.cu": [(maps._FILL[t], [t, t, u64]) for t in maps._FILL_TYPES]
+        + [(maps._CAST[(to, fr)], [to, fr, u64]) for to, fr in maps._CASTS]
+        + [(maps._AXPY[t], [t, t, t, u64]) for t in maps._AXPY_TYPES],
+        "reduce.cu": [(name, [t, t, u64]) for (_, t), name in reduce._NAMES.items()],
+        "rows.cu": [(rows._TRANSPOSE[rows._T_CTYPES[t], e], [t, t, u32, u32])
+                    for t in rows._T_TYPES for e in rows.TRANSPOSE_TILES]
+        + [(rows._scan_name(t, c), [t, t, u64, t, u64, u32])
+           for t in rows._S_TYPES for c in rows.SCAN_CONFIGS]
+        + [(name, ["f32", "f32", u32, u32]) for name in softmax],
+        "matmul.cu": [("matmul_f32", ["f32", "f32", "f32", u32, u32, u32])]
+        + [(name, ["f32", "bf16", "bf16", u32, u32, u32])
+           for name in ("matmul_bf16", *gemm._PIPELINED)],
+        "matmul_sm90.cu": [(name, ["f32", "bf16", "bf16", u32, u32, u32])
+                           for name in gemm._WGMMA],
+    }
+
+
+@pytest.mark.parametrize(("file", "exprs"), [
+    ("elementwise.cu", maps._EXPRS), ("reduce.cu", reduce._EXPRS), ("rows.cu", rows._EXPRS),
+    ("matmul.cu", gemm._EXPRS), ("matmul_sm90.cu", gemm._WGMMA)])
+def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
+    # The launch check reads each parameter's C type: the spans and scalars an entry point
+    # passes must be exactly what its kernel declares (a transpose of f16 takes __half*).
+    from tenferro.args import ParamBlock
+    from tenferro.dtypes import by_name
+
+    arch = "sm_90a" if file == "matmul_sm90.cu" else "sm_90"
+    launches = _launches()[file]
+    names = [n for n, _ in launches if n != "softmax_rows_f32"]
+    assert set(names) == set(exprs)  # every kernel of the file is covered
+    r = tf.compile_cuda(_build._source(file), arch=arch, options=["-std=c++17"],
+                        name_expressions=list(exprs))
+    ptr = 0x10000
+    for expr, types in launches:
+        sig = r.signatures[r.lowered_names.get(expr, expr)]
+        assert all(p.c_type is not None for p in sig.params), expr
+        args = []
+        for p, t in zip(sig.params, types, strict=True):
+            if p.kind == "ptr":
+                args.append(tf.TensorMut(ptr, (4,), (by_name(t).itemsize,), by_name(t), 0, None,
+                                         None))
+                ptr += 0x1000
+            else:
+                args.append(tf.KernelArg.scalar(1, t))
+        ParamBlock(sig).pack(args, None, "session.launch")
+
+
 def test_package_headers_are_inlined_into_the_compiled_source():
     src = _build._source("elementwise.cu")
     assert '#include "pack.cuh"' not in src.splitlines()

@@ -97,7 +97,8 @@ def test_refused_bound_launch_update_changes_nothing(session, rng):
     with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[0\] .* and "
                                                  r"args\[1\] .* overlap in memory"):
         bound.update(1, session.tensor(ty))
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] expects "):
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] 'a' is an f64 "
+                                                 r"scalar, the kernel takes float$"):
         bound.update(2, tf.f64(5.0))
     with pytest.raises(tf.ValidationError,
                        match=r"bound_launch\.update: args\[1\] is str; expected a span"):
@@ -224,14 +225,16 @@ def test_bound_launch_matches_launch_and_rechecks_one_slot(session, rng):
     bound()
     np.testing.assert_allclose(session.download(y), y0 + 1.5 * x0.astype(np.float64),
                                rtol=1e-5, atol=1e-5)
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] expects f32"):
+    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] 'a' is an f64 "
+                                                 r"scalar, the kernel takes float$"):
         bound.update(2, tf.f64(1.0))
     with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[1\] \(TensorRef\) "
                                                  r"and|args\[0\] \(TensorMut\) and args\[1\]"):
         bound.update(1, session.tensor(y))
     with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: index=7 is out of range"):
         bound.update(7, tf.f32(1.0))
-    with pytest.raises(tf.ValidationError, match=r"session\.bind: args\[3\] expects u32"):
+    with pytest.raises(tf.ValidationError, match=r"session\.bind: args\[3\] 'n' is an f64 scalar, "
+                                                 r"the kernel takes unsigned int$"):
         session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1),
                                  tf.f64(1)])
     nb = session.bind(nk, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), N])
@@ -269,7 +272,8 @@ def test_launch_refusals_on_device(session):
         session.launch(fn, [1, 256], [ym, ym, tf.f32(1), tf.u32(64)])
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] is Tensor"):
         session.launch(fn, tf.LaunchConfig.flat(64), [y, session.tensor(y), 1.0, 64])
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] 'a' is an f64 "
+                                                 r"scalar, the kernel takes float$"):
         session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(
             session.alloc_zeros(64, np.float32)), tf.f64(1.0), tf.u32(64)])
     with pytest.raises(tf.ValidationError, match=r"LaunchConfig: block=\(2048, 1, 1\) exceeds"):
@@ -387,3 +391,34 @@ def test_a_block_of_1025_threads_is_refused_and_1024_accepted():
     for bad in (True, 1.0, "0"):
         with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: shared_mem_bytes="):
             tf.LaunchConfig(1, 32, bad)
+
+
+# --- the C signature at launch: element types, const, signedness --------------------------------
+
+@pytest.mark.gpu
+def test_a_float64_array_for_a_float_pointer_is_refused_and_float32_computes(session, rng, cai):
+    fn = session.compile(AXPY).function("axpy")
+    n = 1000
+    x64, y0 = rng.standard_normal(n), rng.standard_normal(n).astype(np.float32)
+    y = session.upload(y0)
+    cfg = tf.LaunchConfig.flat(n, 128)
+    wrong = [session.tensor_mut(y), session.tensor(session.upload(x64)), tf.f32(2.0), tf.u32(n)]
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] 'x' is float64, "
+                                                 r"the kernel takes const float\*$"):
+        session.launch(fn, cfg, wrong)
+    with pytest.raises(tf.ValidationError, match=r"^session\.bind: args\[1\] 'x' is float64, "):
+        session.bind(fn, cfg, wrong)
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[3\] 'n' is an i32 "
+                                                 r"scalar, the kernel takes unsigned int$"):
+        session.launch(fn, cfg, [*wrong[:1], session.tensor(y), tf.f32(2.0), tf.i32(n)])
+    frozen = cai(y.ptr, (n,), "<f4", readonly=True, keep=y)
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] 'y' is memory its "
+                                                 r"producer marked read-only, the kernel takes "
+                                                 r"float\*; declare it const"):
+        session.launch(fn, cfg, [session.tensor(frozen), session.tensor(session.upload(
+            x64.astype(np.float32))), tf.f32(2.0), tf.u32(n)])
+    np.testing.assert_array_equal(session.download(y), y0)  # nothing ran
+    x32 = x64.astype(np.float32)
+    session.launch(fn, cfg, [session.tensor_mut(y), session.tensor(session.upload(x32)),
+                             tf.f32(2.0), tf.u32(n)])
+    np.testing.assert_allclose(session.download(y), 2.0 * x32.astype(np.float64) + y0, rtol=1e-6)

@@ -50,17 +50,18 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
                 not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
             return cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
-        owner, readonly = x, False
+        owner, readonly, marked = x, False, False
     elif isinstance(x, Tensor):
         if x.session is not s:
             _adopt_tensor(s, x, op)
         ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x
-        readonly = False
+        readonly = marked = False
     elif isinstance(x, Span):
         if x.session is not s:
             raise ValidationError(f"{op}: x is a {type(x).__name__} of another session")
         ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x.owner
         readonly = not x.writable
+        marked = x.producer_readonly
         if type(x) is DeviceBytes and cls is TensorMut:
             cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
         if s.ordering.pending and not defer:  # a memory operation is about to use it
@@ -70,6 +71,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         check_memory(f, s.device, op)
         ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
                                                    f.owner, f.readonly)
+        marked = readonly
         if f.stream is not None and f.stream != s.stream:
             _producer_stream(s, f.stream, defer, op)
     if readonly and cls is not TensorRef:
@@ -79,7 +81,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         want = dtype if isinstance(dtype, dtypes.ScalarType) else dtypes.from_numpy(dtype, op)
         if want is not t:
             raise ValidationError(f"{op}: dtype={want.name} was asked but x is {t.name}")
-    span = cls(ptr, shape, strides, t, s.device, owner, s)
+    span = cls(ptr, shape, strides, t, s.device, owner, s, marked)
     if not span.is_c_contiguous:
         if not allow_strided:
             raise ValidationError(
