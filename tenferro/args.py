@@ -26,6 +26,7 @@ from .signature import (
     PTR_OR_INT,
     Param,
     Signature,
+    display_name,
     element_types,
     value_types,
 )
@@ -272,8 +273,8 @@ class PackedParams:
             return self.last_spans  # the very objects checked and packed last time
         if len(args) != self.nparams:
             raise ValidationError(
-                f"{op}: {self.what} {self.sig.name!r} takes {self.nparams} argument(s), "
-                f"got {len(args)}")
+                f"{op}: {self.what} {display_name(self.sig.name)!r} takes {self.nparams} "
+                f"argument(s), got {len(args)}")
         self.last_args = ()
         spans: list = []
         slot = self.pack_slot
@@ -438,7 +439,8 @@ class ParamBlock(PackedParams):
                 p = self.params[i]
                 raise ValidationError(
                     f"{op}: args[{i}] is a read-only TensorRef but kernel "
-                    f"{self.sig.name!r} writes parameter {p.name or i}; use tensor_mut()")
+                    f"{display_name(self.sig.name)!r} writes parameter {p.name or i}; use "
+                    "tensor_mut()")
             elements = self.elements[i]
             if elements is not None and cls is not DeviceBytes and \
                     a.scalar_type not in elements:

@@ -20,8 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
+from .entries import find_entry
 from .errors import BackendError, CompileError, ValidationError
-from .signature import Signature, from_driver_layout, parse_ptx, refine_with_source, with_c_types
+from .signature import (
+    Signature,
+    display_name,
+    from_driver_layout,
+    parse_ptx,
+    refine_with_source,
+    with_c_types,
+)
 
 __all__ = ["CompiledCuda", "Function", "Module", "cache_stats", "compile_cuda"]
 
@@ -291,9 +299,12 @@ class Module:
         return self._names()
 
     def function(self, name: str) -> Function:
-        """The kernel ``name`` (a C name, a name expression given to compile, or a PTX entry).
+        """The kernel ``name``, as a user knows it.
 
-        A name the module lacks is a `ValidationError` listing the entries there.
+        An ``extern "C"`` name, a name expression given to compile, an entry (PTX or mangled),
+        or a C++ kernel's name as its source writes it (`tenferro.entries.find_entry`). A
+        name the module lacks is a `ValidationError` listing the entries there; an overloaded
+        or templated C++ name one listing the kernels it could mean.
         """
         op = "module.function"
         self.session.check_use(op)
@@ -305,8 +316,12 @@ class Module:
         entry = self.lowered_names.get(name, name)
         handle = _driver.module_get_function(self.handle, entry)
         if handle is None:
+            found = find_entry(name, self._names(), self.lowered_names, op)
+            if found is not None:
+                entry, handle = found, _driver.module_get_function(self.handle, found)
+        if handle is None:
             raise ValidationError(f"{op}: no kernel named {name!r} in this module; it has "
-                                  f"{self._names()}")
+                                  f"{[display_name(e) for e in self._names()]}")
         sig = self.signatures.get(entry)
         if sig is None:
             sig = from_driver_layout(entry, _driver.func_param_layout(handle))
@@ -384,7 +399,7 @@ class Function:
 
     def __repr__(self) -> str:
         params = ", ".join(p.declaration() for p in self.signature.params)
-        return f"Function({self.name}({params}))"
+        return f"Function({display_name(self.name)}({params}))"
 
 
 

@@ -16,8 +16,8 @@ from .dtypes import ScalarType
 from .errors import ValidationError
 from .mangling import CType, demangle
 
-__all__ = ["Param", "Signature", "element_types", "from_driver_layout", "parse_ptx",
-           "refine_with_source", "value_types", "with_c_types"]
+__all__ = ["Param", "Signature", "display_name", "element_types", "from_driver_layout",
+           "parse_ptx", "refine_with_source", "value_types", "with_c_types"]
 
 # Parameter kinds.
 PTR = "ptr"  # a device pointer
@@ -85,7 +85,19 @@ class Signature:
 
     def __repr__(self) -> str:
         params = ", ".join(p.declaration() for p in self.params)
-        return f"Signature({self.name}({params}), from {self.origin})"
+        return f"Signature({display_name(self.name)}({params}), from {self.origin})"
+
+
+def display_name(entry: str) -> str:
+    """A kernel's name as its source writes it: a C++ entry demangled (``ns::fill<float>``)."""
+    if not entry.startswith("_Z"):
+        return entry
+    try:
+        d = demangle(entry)
+    except (ValueError, IndexError):
+        return entry
+    targs = f"<{', '.join(a.spell() for a in d.template_args)}>" if d.template_args else ""
+    return d.name + targs
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
@@ -196,18 +208,20 @@ def _decl_name(decl: str) -> str:
 def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Signature]:
     """Refine PTX signatures with the ``__global__`` declarations of the CUDA C source.
 
-    Only unmangled (``extern "C"``) entries are refined, and a parameter only where the C type is
-    a plain type or a pointer whose size agrees with the PTX: a 64-bit PTX parameter becomes a
-    pointer or an exact integer type, a 32-bit one gets its signedness.
+    An unmangled (``extern "C"``) entry is refined where the C type is a plain type or a
+    pointer whose size agrees with the PTX: a 64-bit PTX parameter becomes a pointer or an
+    exact integer type, a 32-bit one gets its signedness. Every entry takes its parameters'
+    names from its declaration; a C++ entry from the declarations of its unqualified name with
+    as many parameters, where they agree on the names (their types come from `with_c_types`).
     """
     out = dict(sigs)
+    by_name: dict[str, list[list[str]]] = {}
     for m in _GLOBAL.finditer(_without_comments(source)):
         name, arglist = m.group(1), m.group(2).strip()
-        sig = sigs.get(name)
-        if sig is None:
-            continue
         decls = [] if arglist in ("", "void") else arglist.split(",")
-        if len(decls) != len(sig.params):
+        by_name.setdefault(name, []).append(decls)
+        sig = sigs.get(name)
+        if sig is None or len(decls) != len(sig.params):
             continue
         params = []
         for ptx, decl in zip(sig.params, decls, strict=True):
@@ -221,6 +235,19 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
             pname = _decl_name(decl)  # the declaration's name, where it gives one
             params.append(replace(ptx, name=pname) if pname else ptx)
         out[name] = Signature(name, tuple(params), "cuda")
+    for entry, sig in sigs.items():
+        if not entry.startswith("_Z"):
+            continue
+        try:
+            plain = demangle(entry).name.rsplit("::", 1)[-1]
+        except (ValueError, IndexError):
+            continue
+        names = {tuple(map(_decl_name, decls)) for decls in by_name.get(plain, ())
+                 if len(decls) == len(sig.params)}
+        if len(names) == 1:
+            out[entry] = Signature(entry, tuple(
+                replace(p, name=n) if n else p
+                for p, n in zip(sig.params, names.pop(), strict=True)), "cuda")
     return out
 
 

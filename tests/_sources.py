@@ -43,3 +43,52 @@ def raw_and_numba_axpy(session):
     """The CUDA C axpy and the numba scale_add of ``session``, ready to launch."""
     return (session.compile(AXPY).function("axpy"),
             session.numba_kernel(scale_add, "void(float32[::1], float32[::1], float32, int64)"))
+
+
+# C++ linkage, cooperative groups, an overload and a namespace: a kernel file as people write
+# them, compiled unchanged and found by its kernels' own names.
+CPP_KERNELS = r'''
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+
+// One warp a row: mean and rstd through cg::reduce, then out = (x - mean) * rstd * w + b.
+__global__ void layernorm_forward(float* __restrict__ out, float* __restrict__ mean,
+                                  float* __restrict__ rstd, const float* __restrict__ inp,
+                                  const float* __restrict__ weight,
+                                  const float* __restrict__ bias, int N, int C) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
+    if (row >= N) return;
+    const float* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int i = warp.thread_rank(); i < C; i += warp.size()) sum += x[i];
+    float m = cg::reduce(warp, sum, cg::plus<float>()) / C;
+    float var = 0.0f;
+    for (int i = warp.thread_rank(); i < C; i += warp.size()) var += (x[i] - m) * (x[i] - m);
+    float s = rsqrtf(cg::reduce(warp, var, cg::plus<float>()) / C + 1e-5f);
+    float* o = out + (size_t)row * C;
+    for (int i = warp.thread_rank(); i < C; i += warp.size())
+        o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    if (warp.thread_rank() == 0) { mean[row] = m; rstd[row] = s; }
+}
+
+// Overloads: scale each row of a row-major matrix by s[row], in float or in double.
+__global__ void scale_rows(float* x, const float* s, int rows, int cols) {
+    int r = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows && c < cols) x[(size_t)r * cols + c] *= s[r];
+}
+__global__ void scale_rows(double* x, const double* s, int rows, int cols) {
+    int r = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows && c < cols) x[(size_t)r * cols + c] *= s[r];
+}
+
+namespace ops {
+// y[i] += b[i % cols] over n elements.
+__global__ void add_bias(float* y, const float* b, size_t n, unsigned long cols) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] += b[i % cols];
+}
+}  // namespace ops
+'''

@@ -330,3 +330,50 @@ def test_a_function_reads_as_its_c_declaration():
 
     assert Function.__repr__(Shown()) == \
         "Function(axpy(float* y, const float* x, float a, unsigned int n))"
+
+
+@pytest.mark.gpu
+def test_a_cpp_kernel_file_launches_by_its_kernels_own_names(session, rng):
+    from _sources import CPP_KERNELS
+
+    mod = session.compile(CPP_KERNELS)
+    rows, cols = 37, 200
+    x0 = rng.standard_normal((rows, cols)).astype(np.float32)
+    w0, b0 = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(
+        np.float32)
+    out = session.upload(np.full((rows, cols), np.nan, np.float32))
+    mean, rstd = (session.upload(np.full(rows, np.nan, np.float32)) for _ in range(2))
+    x, w, b = session.upload(x0), session.upload(w0), session.upload(b0)
+    ln = mod.function("layernorm_forward")
+    warps = 4  # rows a block: one warp a row
+    cfg = tf.LaunchConfig((rows + warps - 1) // warps, 32 * warps)
+    session.launch(ln, cfg, [session.tensor_mut(out), session.tensor_mut(mean),
+                             session.tensor_mut(rstd), session.tensor(x), session.tensor(w),
+                             session.tensor(b), rows, cols])
+    xd = x0.astype(np.float64)
+    m = xd.mean(axis=1)
+    s = 1.0 / np.sqrt(((xd - m[:, None]) ** 2).mean(axis=1) + 1e-5)
+    want = (xd - m[:, None]) * s[:, None] * w0 + b0
+    np.testing.assert_allclose(session.download(out), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(session.download(mean), m, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(session.download(rstd), s, rtol=1e-4)
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[4\] 'weight' is "
+                                                 r"float64, the kernel takes const float\*$"):
+        session.launch(ln, cfg, [session.tensor_mut(out), session.tensor_mut(mean),
+                                 session.tensor_mut(rstd), session.tensor(x),
+                                 session.tensor(session.upload(w0.astype(np.float64))),
+                                 session.tensor(b), rows, cols])
+    with pytest.raises(tf.ValidationError, match=r"^module\.function: 'scale_rows' is "
+                                                 r"overloaded; .*scale_rows\(double\*, "):
+        mod.function("scale_rows")
+    sd = rng.standard_normal(rows)
+    xd_dev = session.upload(xd)
+    scale = mod.function("scale_rows(double*, const double*, int, int)")
+    session.launch(scale, tf.LaunchConfig(((cols + 127) // 128, rows), 128),
+                   [session.tensor_mut(xd_dev), session.tensor(session.upload(sd)), rows, cols])
+    np.testing.assert_array_equal(session.download(xd_dev), xd * sd[:, None])
+    add_bias = mod.function("add_bias")
+    assert mod.function("ops::add_bias").name == add_bias.name == "_ZN3ops8add_biasEPfPKfmm"
+    session.launch(add_bias, tf.LaunchConfig.flat(rows * cols, 256),
+                   [session.tensor_mut(x), session.tensor(b), rows * cols, cols])
+    np.testing.assert_allclose(session.download(x), x0.astype(np.float64) + b0, rtol=1e-6)
