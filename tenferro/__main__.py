@@ -1,4 +1,4 @@
-"""Command line: ``python -m tenferro demo [--device N]``."""
+"""Command line: ``python -m tenferro demo [--device N]`` and ``python -m tenferro info``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="compile and launch real kernels on a GPU and check them")
     demo.add_argument("--device", type=_device_ordinal, default=0,
                       help="the device ordinal (default 0)")
+    sub.add_parser("info", help="versions, the driver, devices and the compile cache; works "
+                                "without a GPU")
     ns = parser.parse_args(argv)
+    if ns.command == "info":
+        from .info import report
+
+        print(report())
+        return 0
     if ns.command == "demo":
         from .demo import run_demo
 

@@ -27,6 +27,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "cuda_include_dirs",
     "default_pool_release_threshold",
     "device_count",
+    "device_summary",
     "driver_version",
     "enable_peer_access",
     "ensure_init",
@@ -153,6 +154,18 @@ def device_count() -> int:
     """How many devices the driver sees (after CUDA_VISIBLE_DEVICES)."""
     ensure_init()
     return _check("cuDeviceGetCount", _cu.cuDeviceGetCount())
+
+
+def device_summary(ordinal: int) -> tuple[str, tuple[int, int], int]:
+    """Name, compute capability and total memory in bytes of a device; touches no context."""
+    ensure_init("device_summary")
+    dev = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+    name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, dev)).split(b"\0", 1)[0].decode()
+    major, minor = (_check("cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(
+        getattr(_A, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{part}"), dev))
+        for part in ("MAJOR", "MINOR"))
+    total = _check("cuDeviceTotalMem", _cu.cuDeviceTotalMem(dev))
+    return name, (int(major), int(minor)), int(total)
 
 
 # --- contexts ---------------------------------------------------------------------------------
