@@ -15,6 +15,7 @@ from . import _driver
 from .errors import KernelFault, ValidationError
 from .module import Function
 from .numba_kernels import NumbaKernel
+from .signature import display_name
 from .spans import Span
 
 __all__ = ["BoundLaunch", "LaunchConfig", "check_against", "launch_checked", "launchable"]
@@ -272,7 +273,7 @@ class BoundLaunch:
         self.args, self.spans = args, spans
 
     def __repr__(self) -> str:
-        return f"BoundLaunch({self.fn.name!r}, {self.config})"
+        return f"BoundLaunch({display_name(self.fn.name)}, {self.config})"
 
 
 def _span_of(a: Any) -> Any:

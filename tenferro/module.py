@@ -67,6 +67,12 @@ class CompiledCuda:
     signatures: dict[str, Signature] = field(default_factory=dict)
     from_cache: bool = False
 
+    def __repr__(self) -> str:
+        kernels = "; ".join(sig.declaration() for sig in self.signatures.values())
+        cached = ", from the cache" if self.from_cache else ""
+        return (f"CompiledCuda({self.target} for {self.arch}, {len(self.image)} bytes{cached}; "
+                f"{len(self.signatures)} kernel(s): {kernels})")
+
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
@@ -328,6 +334,11 @@ class Module:
         fn = self._functions[name] = Function(self, entry, handle, sig)
         return fn
 
+    def __repr__(self) -> str:
+        kernels = "; ".join(self.signatures[e].declaration() for e in sorted(self.signatures))
+        state = "" if self.handle else ", unloaded"
+        return f"Module({self.kind}{state}; {len(self.signatures)} kernel(s): {kernels})"
+
     def unload(self) -> None:
         """Unload now; called by the session after its stream has drained."""
         if self.handle:
@@ -398,8 +409,7 @@ class Function:
         self.dynamic_shared_limit = nbytes
 
     def __repr__(self) -> str:
-        params = ", ".join(p.declaration() for p in self.signature.params)
-        return f"Function({display_name(self.name)}({params}))"
+        return f"Function({self.signature.declaration()})"
 
 
 

@@ -83,9 +83,12 @@ class Signature:
     def __len__(self) -> int:
         return len(self.params)
 
+    def declaration(self) -> str:
+        """The kernel as its declaration reads: ``axpy(float* y, const float* x, float a)``."""
+        return f"{display_name(self.name)}({', '.join(p.declaration() for p in self.params)})"
+
     def __repr__(self) -> str:
-        params = ", ".join(p.declaration() for p in self.params)
-        return f"Signature({display_name(self.name)}({params}), from {self.origin})"
+        return f"Signature({self.declaration()}, from {self.origin})"
 
 
 def display_name(entry: str) -> str:

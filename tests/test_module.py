@@ -377,3 +377,27 @@ def test_a_cpp_kernel_file_launches_by_its_kernels_own_names(session, rng):
     session.launch(add_bias, tf.LaunchConfig.flat(rows * cols, 256),
                    [session.tensor_mut(x), session.tensor(b), rows * cols, cols])
     np.testing.assert_allclose(session.download(x), x0.astype(np.float64) + b0, rtol=1e-6)
+
+
+def test_compiled_cuda_reads_as_its_kernels_not_its_bytes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
+    src = SRC + "\ntemplate <typename T> __global__ void fill(T* y, T v) { *y = v; }\n"
+    first = tf.compile_cuda(src, name_expressions=["fill<double>"])
+    kernels = "scale(float* y, float a, unsigned int n); fill<double>(double* y, double v)"
+    assert repr(first) == (f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes; "
+                           f"2 kernel(s): {kernels})")
+    again = tf.compile_cuda(src, name_expressions=["fill<double>"])
+    assert repr(again) == (f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes, from the "
+                           f"cache; 2 kernel(s): {kernels})")
+
+
+@pytest.mark.gpu
+def test_module_and_bound_launch_read_as_their_kernels(session):
+    mod = session.compile(SRC)
+    assert repr(mod) == "Module(cubin; 1 kernel(s): scale(float* y, float a, unsigned int n))"
+    fn = mod.function("scale")
+    assert repr(fn) == "Function(scale(float* y, float a, unsigned int n))"
+    y = session.alloc_zeros(8, np.float32)
+    bound = session.bind(fn, tf.LaunchConfig.flat(8), [session.tensor_mut(y), 1.0, 8])
+    assert repr(bound) == ("BoundLaunch(scale, LaunchConfig(grid=(1, 1, 1), block=(256, 1, 1), "
+                           "shared_mem_bytes=0))")
