@@ -34,3 +34,10 @@ if not _os.path.isfile(_os.path.join(__path__[0], "kernels", "__init__.py")) and
         _checkout_kernels):  # a stale tenferro/kernels/__pycache__ alone does not count
     __path__.append(_os.path.dirname(__path__[0]))
 del _checkout_kernels
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext tenferro``: the ``%%cuda`` cell magic (`tenferro.jupyter`)."""
+    from .jupyter import load_ipython_extension as load
+
+    load(ipython)
