@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import _driver, _liveness, events, graph, module, numba_kernels, resources
+from . import _driver, _liveness, events, graph, module, numba_kernels, resources, scope
 from . import tensor as tensor_ops
 from ._liveness import Liveness
 from .errors import KernelFault, RuntimeStateError, ValidationError
@@ -27,7 +27,6 @@ from .spans import TensorMut, TensorRef
 
 __all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session", "from_dlpack"]
 
-_local = threading.local()  # .open: this thread's open sessions, innermost last
 P = ParamSpec("P")
 R = TypeVar("R")
 _get_ident = threading.get_ident
@@ -99,9 +98,7 @@ class Session:
         self.thread = threading.get_ident()
         self._open = True
         self.fast_path_ok = True
-        if not hasattr(_local, "open"):
-            _local.open = []
-        _local.open.append(self)
+        scope.entered(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -118,9 +115,7 @@ class Session:
 
     def _close(self) -> None:
         self._open = False
-        opened = getattr(_local, "open", [])
-        if self in opened:
-            opened.remove(self)
+        scope.left(self)
         self.fast_path_ok = False
         self.liveness.close()
         self._stream_owner = None
@@ -144,9 +139,12 @@ class Session:
         finally:
             _driver.set_current(self._prev_ctx)
 
+    open = classmethod(scope.open_session)  # kept open across cells, until close()
+    close = scope.close_session
+
     @property
     def is_open(self) -> bool:
-        """True inside the ``with`` block."""
+        """True inside the ``with`` block (or between `open` and `close`)."""
         return self._open
 
     @property
@@ -289,7 +287,7 @@ def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = Fals
     """`Session.from_dlpack` of ``session``, by default this thread's innermost open session."""
     op = "tenferro.from_dlpack"
     if session is None:
-        session = (getattr(_local, "open", None) or [None])[-1]
+        session = scope.innermost()
         if session is None:
             raise RuntimeStateError(f"{op}: no tf.Session is open on this thread; call it inside "
                                     "`with tf.Session(...)` or pass session=")

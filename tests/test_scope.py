@@ -1,0 +1,104 @@
+"""Sessions open on a thread, and sessions kept open across notebook cells (``Session.open``):
+the bookkeeping through a stand-in session class (no GPU), then real sessions on a GPU."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import tenferro as tf
+from tenferro import scope
+
+
+class Stand:
+    """Enters and leaves as a Session does, counting both."""
+
+    def __init__(self, device=0, stream=None):
+        self.device, self.stream, self.is_open, self.thread, self.exits = device, stream, \
+            False, None, 0
+
+    def __enter__(self):
+        self.is_open, self.thread = True, threading.get_ident()
+        scope.entered(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.is_open = False
+        self.exits += 1
+        scope.left(self)
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    yield
+    scope._close_at_exit()
+
+
+def test_an_opened_session_is_the_innermost_until_closed():
+    s = scope.open_session(Stand, 1, stream=7)
+    assert s.is_open and (s.device, s.stream) == (1, 7) and scope.innermost() is s
+    scope.close_session(s)
+    assert not s.is_open and s.exits == 1 and scope.innermost() is None
+    scope.close_session(s)  # closing again changes nothing
+    assert s.exits == 1
+
+
+def test_opening_again_on_a_device_closes_the_earlier_session_only_there():
+    a0 = scope.open_session(Stand, 0)
+    b1 = scope.open_session(Stand, 1)
+    a0_again = scope.open_session(Stand, 0)  # a notebook cell run a second time
+    assert not a0.is_open and a0.exits == 1
+    assert a0_again.is_open and b1.is_open and b1.exits == 0
+    scope.close_session(a0)  # the earlier one stays closed; the new one is not touched
+    assert a0_again.is_open
+
+
+def test_a_session_is_closed_only_by_the_thread_that_opened_it():
+    s = scope.open_session(Stand, 0)
+    seen = []
+
+    def other():
+        try:
+            scope.close_session(s)
+        except tf.RuntimeStateError as exc:
+            seen.append(str(exc))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == ["session.close: the session belongs to the thread that opened it; close it "
+                    "there"]
+    assert s.is_open and s.exits == 0
+
+
+def test_interpreter_exit_closes_what_is_still_open():
+    a, b = scope.open_session(Stand, 0), scope.open_session(Stand, 3)
+    scope.close_session(b)
+    scope._close_at_exit()
+    assert (a.exits, b.exits) == (1, 1) and not a.is_open
+
+
+def test_sessions_of_a_with_block_nest_on_their_thread():
+    with Stand() as outer:
+        with Stand() as inner:
+            assert scope.innermost() is inner
+        assert scope.innermost() is outer
+    assert scope.innermost() is None
+
+
+@pytest.mark.gpu
+def test_a_session_lives_across_cells_until_closed(device, rng):
+    s = tf.Session.open(device)
+    x0 = rng.standard_normal(100).astype(np.float32)
+    x = s.upload(x0)  # one cell
+    np.testing.assert_array_equal(s.download(x), x0)  # a later cell
+    assert tf.from_dlpack(x).session is s  # the thread's innermost open session
+    again = tf.Session.open(device)  # the first cell run again
+    assert not s.is_open and again.is_open
+    with pytest.raises(tf.RuntimeStateError, match=r"session\.download: the session is closed"):
+        s.download(x)
+    again.close()
+    again.close()
+    assert not again.is_open
+    with pytest.raises(tf.RuntimeStateError, match=r"session\.upload: the session is closed"):
+        again.upload(x0)
