@@ -345,6 +345,7 @@ class ParamBlock(PackedParams):
                  "        return general(args, session, op)",
                  "    block.last_args = ()",
                  "    spans = []"]
+        consts: dict[str, Any] = {}
         for i, off in enumerate(self.offsets):
             lines.append(f"    a = args[{i}]")
             if self.takes_pointer[i]:
@@ -352,8 +353,11 @@ class ParamBlock(PackedParams):
                 if not self.writes[i]:
                     typed += " or c is TensorRef" + (
                         "" if self.read_only_ok[i] else " and not a.producer_readonly")
-                if self.elements[i] is not None:
-                    typed = f"({typed}) and a.scalar_type in elements[{i}]"
+                elements = self.elements[i]
+                if elements is not None:  # one element type: an identity test
+                    single = len(elements) == 1
+                    consts[f"E{i}"] = next(iter(elements)) if single else elements
+                    typed = f"({typed}) and a.scalar_type {'is' if single else 'in'} E{i}"
                 lines += ["    c = a.__class__",
                           f"    if (c is DeviceBytes or {typed}) and a.session is session:",
                           f"        put_u64(mv, {off}, a.ptr)",
@@ -377,7 +381,7 @@ class ParamBlock(PackedParams):
                   "    return spans"]
         namespace = {"block": self, "_is": _is, "general": super().pack, "slot": self.pack_slot,
                      "mv": self._mv, "put_u64": _U64.pack_into, "taken": self.scalars_taken,
-                     "elements": self.elements,
+                     **consts,
                      "KernelArg": KernelArg, "TensorMut": TensorMut, "TensorRef": TensorRef,
                      "DeviceBytes": DeviceBytes, "check_overlaps": check_overlaps}
         exec("\n".join(lines), namespace)
