@@ -109,6 +109,51 @@ extern "C" __global__ void warp_sum(float* out, const float* x) {
     assert [p.kind for p in r.signatures["warp_sum"].params] == ["ptr", "ptr"]
 
 
+# Device headers that compile with no option (README, "Modules"): CCCL's cooperative groups,
+# libcu++ and CUB's block and warp primitives, the toolkit's own, and <mma.h> (WMMA).
+DEVICE_HEADERS = [
+    "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
+    "cooperative_groups/memcpy_async.h", "cuda/std/complex", "cuda/std/atomic",
+    "cuda/std/limits", "cuda/std/type_traits", "cuda/std/cmath", "cuda/std/array",
+    "cuda/std/span", "cuda/std/mdspan", "cuda/atomic", "cuda/barrier", "cuda/pipeline",
+    "cuda/ptx", "cub/block/block_reduce.cuh", "cub/block/block_scan.cuh",
+    "cub/block/block_load.cuh", "cub/block/block_radix_sort.cuh", "cub/warp/warp_reduce.cuh",
+    "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_pipeline.h", "math_constants.h", "mma.h",
+]
+
+
+@pytest.mark.parametrize("header", DEVICE_HEADERS)
+def test_device_headers_compile_with_no_option(header):
+    tf.compile_cuda(f'#include <{header}>\nextern "C" __global__ void k(float* y) {{ *y = 1; }}\n',
+                    cache=False)
+
+
+def test_wmma_from_mma_h_compiles_with_its_c_signature():
+    src = r"""#include <mma.h>
+using namespace nvcuda;
+extern "C" __global__ void wmma16(float* c, const __half* a, const __half* b) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::fill_fragment(fc, 0.0f);
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}"""
+    r = tf.compile_cuda(src, cache=False)
+    assert "wmma.mma.sync" in r.ptx
+    assert repr(r.signatures["wmma16"]) == ("Signature(wmma16(float* c, const __half* a, "
+                                            "const __half* b), from cuda)")
+
+
+def test_a_host_side_header_is_a_compile_error_with_the_log():
+    # CUB's device-wide algorithms launch from the host: NVRTC compiles device code only.
+    with pytest.raises(tf.CompileError, match=r"compile_cuda: NVRTC failed to compile") as info:
+        tf.compile_cuda('#include <cub/device/device_reduce.cuh>\n', cache=False)
+    assert "device_reduce.cuh" in info.value.log
+
+
 def test_successful_compile_keeps_its_warnings(tmp_path, monkeypatch):
     warned = tf.compile_cuda("#warning tenferro-test-warning\n" + SRC)
     assert "tenferro-test-warning" in warned.log and not warned.from_cache
