@@ -26,6 +26,7 @@ from .signature import (
     Signature,
     display_name,
     from_driver_layout,
+    kernels_html,
     parse_ptx,
     refine_with_source,
     with_c_types,
@@ -72,6 +73,11 @@ class CompiledCuda:
         cached = ", from the cache" if self.from_cache else ""
         return (f"CompiledCuda({self.target} for {self.arch}, {len(self.image)} bytes{cached}; "
                 f"{len(self.signatures)} kernel(s): {kernels})")
+
+    def _repr_html_(self) -> str:
+        cached = ", from the cache" if self.from_cache else ""
+        return kernels_html(f"CompiledCuda: {self.target} for {self.arch}, {len(self.image)} "
+                            f"bytes{cached}", self.signatures)
 
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
@@ -338,6 +344,10 @@ class Module:
         kernels = "; ".join(self.signatures[e].declaration() for e in sorted(self.signatures))
         state = "" if self.handle else ", unloaded"
         return f"Module({self.kind}{state}; {len(self.signatures)} kernel(s): {kernels})"
+
+    def _repr_html_(self) -> str:
+        state = "" if self.handle else ", unloaded"
+        return kernels_html(f"Module: {self.kind}{state}", self.signatures)
 
     def unload(self) -> None:
         """Unload now; called by the session after its stream has drained."""

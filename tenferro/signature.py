@@ -8,6 +8,7 @@ declaration where the source is at hand (`refine_with_source`: PTX cannot tell a
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, replace
 
@@ -17,7 +18,7 @@ from .errors import ValidationError
 from .mangling import CType, demangle
 
 __all__ = ["Param", "Signature", "display_name", "element_types", "from_driver_layout",
-           "parse_ptx", "refine_with_source", "value_types", "with_c_types"]
+           "kernels_html", "parse_ptx", "refine_with_source", "value_types", "with_c_types"]
 
 # Parameter kinds.
 PTR = "ptr"  # a device pointer
@@ -101,6 +102,20 @@ def display_name(entry: str) -> str:
         return entry
     targs = f"<{', '.join(a.spell() for a in d.template_args)}>" if d.template_args else ""
     return d.name + targs
+
+
+def kernels_html(title: str, signatures: dict[str, Signature]) -> str:
+    """An HTML table of kernels, one row each: its name and its parameters' declarations.
+
+    For notebooks (the ``_repr_html_`` of modules and compile results).
+    """
+    rows = "".join(
+        f"<tr><td><code>{html.escape(display_name(entry))}</code></td><td><code>"
+        f"{html.escape(', '.join(p.declaration() for p in sig.params)) or '(none)'}"
+        f"</code></td></tr>"
+        for entry, sig in sorted(signatures.items(), key=lambda kv: display_name(kv[0])))
+    return (f"<b>{html.escape(title)}</b><table><tr><th>kernel</th><th>parameters</th></tr>"
+            f"{rows}</table>")
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)

@@ -446,3 +446,16 @@ def test_module_and_bound_launch_read_as_their_kernels(session):
     bound = session.bind(fn, tf.LaunchConfig.flat(8), [session.tensor_mut(y), 1.0, 8])
     assert repr(bound) == ("BoundLaunch(scale, LaunchConfig(grid=(1, 1, 1), block=(256, 1, 1), "
                            "shared_mem_bytes=0))")
+
+
+def test_compiled_cuda_shows_its_kernels_as_a_table_in_notebooks():
+    r = tf.compile_cuda('extern "C" __global__ void k(float* y, unsigned n) {}\n'
+                        "template <class T> __global__ void f(T* y) {}\n"
+                        "template __global__ void f<int>(int*);\n"
+                        'extern "C" __global__ void e() {}\n', cache=False)
+    assert r._repr_html_() == (
+        f"<b>CompiledCuda: cubin for sm_90, {len(r.image)} bytes</b><table><tr><th>kernel</th>"
+        "<th>parameters</th></tr>"
+        "<tr><td><code>e</code></td><td><code>(none)</code></td></tr>"
+        "<tr><td><code>f&lt;int&gt;</code></td><td><code>int* y</code></td></tr>"
+        "<tr><td><code>k</code></td><td><code>float* y, unsigned int n</code></td></tr></table>")
