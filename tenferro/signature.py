@@ -223,6 +223,21 @@ def _decl_name(decl: str) -> str:
     return m.group(1) if before and not before.endswith("::") else ""
 
 
+def _split_params(arglist: str) -> list[str]:
+    """A parameter list split at its top-level commas (not those of ``Vec<float, 4>``)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(arglist):
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(arglist[start:i])
+            start = i + 1
+    out.append(arglist[start:])
+    return out
+
+
 def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Signature]:
     """Refine PTX signatures with the ``__global__`` declarations of the CUDA C source.
 
@@ -236,7 +251,7 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
     by_name: dict[str, list[list[str]]] = {}
     for m in _GLOBAL.finditer(_without_comments(source)):
         name, arglist = m.group(1), m.group(2).strip()
-        decls = [] if arglist in ("", "void") else arglist.split(",")
+        decls = [] if arglist in ("", "void") else _split_params(arglist)
         by_name.setdefault(name, []).append(decls)
         sig = sigs.get(name)
         if sig is None or len(decls) != len(sig.params):
@@ -299,7 +314,7 @@ def value_types(c: CType) -> frozenset[dtypes.ScalarType] | None:
     leaves to the target: it takes i8 and u8.
     """
     base = c.unqualified()
-    if base.kind not in ("builtin", "class") or base.args:
+    if base.kind not in ("builtin", "class"):
         return None
     if base.name == "char":
         return frozenset({dtypes.by_name("i8"), dtypes.by_name("u8")})
@@ -319,7 +334,7 @@ def element_types(c: CType | None) -> frozenset[dtypes.ScalarType] | None:
     if pointee is None:
         return None
     base = pointee.unqualified()
-    if base.kind not in ("builtin", "class") or base.args or base.name in _ANY_ELEMENT:
+    if base.kind not in ("builtin", "class") or base.name in _ANY_ELEMENT:
         return None
     t = dtypes.from_c_name(base.name)
     if t is not None:
@@ -367,14 +382,11 @@ def with_c_types(sigs: dict[str, Signature], probes: dict[str, str]) -> dict[str
         try:
             if entry.startswith("_Z"):
                 c_params = demangle(entry).params
-            elif entry in probes:
-                fn_ptr = demangle(probes[entry]).template_args[0]
-                if fn_ptr.kind != "pointer" or fn_ptr.inner is None or \
-                        fn_ptr.inner.kind != "function":
+            elif entry in probes:  # the probe's template argument: a pointer to the kernel
+                fn = demangle(probes[entry]).template_args[0].pointee
+                if fn is None or fn.kind != "function":
                     continue
-                c_params = fn_ptr.inner.args
-                if c_params == (CType("builtin", "void"),):
-                    c_params = ()
+                c_params = fn.args  # (void) for none: no parameters, no types to give
             else:
                 continue
         except (ValueError, IndexError):

@@ -370,14 +370,13 @@ def _signatures():
             tf.compile_cuda(TYPED).signatures["t"]]
 
 
-_SIGS = _signatures()
 
 
 def _pool():
     """Arguments of every kind a launch may be given, right and wrong."""
     from tenferro.dtypes import by_name
 
-    ours, theirs = object(), object()
+    ours, theirs = _OURS, object()
     f32 = by_name("f32")
     spans = [cls(ptr, (4,), (4,), f32, 0, None, who) for cls in (tf.TensorMut, tf.TensorRef)
              for ptr in (0x1000, 0x1008, 0x2000) for who in (ours, theirs)]
@@ -391,10 +390,10 @@ def _pool():
               np.float32(1.25), np.int32(3),
               np.uint32(9), np.int64(-4), tf.KernelArg.struct(b"x" * 12),
               tf.KernelArg.struct(b"y" * 8), tf.KernelArg.pointer(spans[0]), "text", None]
-    return ours, spans + values
+    return spans + values
 
 
-_OURS, _POOL = _pool()
+_OURS = object()  # the session the spans of these tests belong to
 
 
 def _general(block, args):
@@ -403,11 +402,11 @@ def _general(block, args):
     return PackedParams.pack(block, args, _OURS, "session.launch")
 
 
-def _fitting(p):
+def _fitting(p, pool):
     """Arguments a parameter takes, so that a drawn list often gets to its last checks."""
     from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT
 
-    spans = [a for a in _POOL if isinstance(a, tf.TensorRef | tf.TensorMut | tf.DeviceBytes)
+    spans = [a for a in pool if isinstance(a, tf.TensorRef | tf.TensorMut | tf.DeviceBytes)
              and a.session is _OURS]
     if p.kind in (PTR, PTR_OR_INT) or (p.kind == OPAQUE and p.size == 8):
         return spans
@@ -417,20 +416,21 @@ def _fitting(p):
         return [tf.u32(7), 5] if p.size == 4 else [tf.u64(9), tf.i64(-9), 5]
     if p.kind == BYTES:
         return [tf.KernelArg.struct(b"z" * p.size)]
-    return _POOL
+    return pool
 
 
 @settings(max_examples=600, deadline=None)
 @given(st.data())
 def test_the_straight_line_pack_does_what_the_general_loop_does(data):
-    sig = data.draw(st.sampled_from(_SIGS))
+    pool = _pool()  # made within the test, as are the signatures (compile-cache hits)
+    sig = data.draw(st.sampled_from(_signatures()))
     n = len(sig.params)
     length = data.draw(st.sampled_from([n] * 8 + [n - 1, n + 1]))
     args = []
     for i in range(length):
-        fit = _fitting(sig.params[i]) if i < n else _POOL
+        fit = _fitting(sig.params[i], pool) if i < n else pool
         args.append(data.draw(st.sampled_from(fit) if data.draw(st.integers(0, 9))
-                              else st.sampled_from(_POOL)))
+                              else st.sampled_from(pool)))
     results = []
     for pack in (lambda b: b.pack(args, _OURS, "session.launch"), lambda b: _general(b, args)):
         b = ParamBlock(sig)
@@ -456,7 +456,7 @@ def test_which_parameters_take_a_span_and_which_refuse_it():
     good = [span(tf.TensorMut, 0x1000), span(tf.TensorRef, 0x2000), tf.u64(5), tf.f32(1.0),
             tf.u32(3), tf.i64(1), tf.f64(2.0), tf.KernelArg.struct(b"s" * 12), tf.u64(9),
             span(tf.TensorRef, 0x3000)]
-    mixed = _SIGS[2]
+    mixed = _signatures()[2]
     for pack in (lambda b, a: b.pack(a, _OURS, "session.launch"), lambda b, a: _general(b, a)):
         assert len(pack(ParamBlock(mixed), good)) == 3
         for i, ok in ((2, True), (8, True), (9, True), (5, False), (6, False), (3, False),
@@ -489,7 +489,9 @@ def _span(cls, ptr, t, readonly=False):
     return cls(ptr, (4,), (t.itemsize,), t, 0, None, _OURS, readonly)
 
 
-_T = tf.compile_cuda(TYPED).signatures["t"]
+def _typed():
+    """`TYPED`'s signature, read within the test that asks (the compile cache answers)."""
+    return tf.compile_cuda(TYPED).signatures["t"]
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
@@ -510,7 +512,7 @@ _T = tf.compile_cuda(TYPED).signatures["t"]
 ])
 def test_a_span_of_another_dtype_is_refused_for_a_typed_pointer(name, value, message):
     for pack in _both_packs():
-        b = ParamBlock(_T)
+        b = ParamBlock(_typed())
         good = _typed_args()
         pack(b, good)
         before = bytes(b._mv)
@@ -528,15 +530,15 @@ def test_a_span_of_another_dtype_is_refused_for_a_typed_pointer(name, value, mes
 ])
 def test_a_typed_pointer_takes_its_element_type_and_untyped_ones_take_any(name, dtypes):
     # float2* is a pair of floats (and complex64's layout); void*, char*, unsigned char* are bytes
-    i = [p.name for p in _T.params].index(name)
+    i = [p.name for p in _typed().params].index(name)
     for pack in _both_packs():
         for t in dtypes:
-            cls = tf.TensorRef if _T.params[i].c_type.pointee.is_const else tf.TensorMut
+            cls = tf.TensorRef if _typed().params[i].c_type.pointee.is_const else tf.TensorMut
             args = _typed_args(**{name: _span(cls, 0x9000, t)})
-            pack(ParamBlock(_T), args)
+            pack(ParamBlock(_typed()), args)
             ws = tf.DeviceBytes(0xA000, (16,), (1,), args[i].scalar_type, 0, None, _OURS)
-            pack(ParamBlock(_T), _typed_args(**{name: ws}))  # a workspace is untyped
-        b = ParamBlock(_T)
+            pack(ParamBlock(_typed()), _typed_args(**{name: ws}))  # a workspace is untyped
+        b = ParamBlock(_typed())
         pack(b, _typed_args(**{name: _span(tf.TensorMut, 0xBBB0, dtypes[0])}))
         assert _read(b, i, "<Q") == 0xBBB0
 
@@ -547,14 +549,14 @@ def test_memory_its_producer_marked_read_only_needs_a_const_pointer():
         with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] 'y' is memory "
                            r"its producer marked read-only, the kernel takes float\*; declare it "
                            r"const if the kernel only reads it$"):
-            pack(ParamBlock(_T), _typed_args(y=frozen))
-        pack(ParamBlock(_T), _typed_args(x=frozen))  # const float*: read-only memory is fine
+            pack(ParamBlock(_typed()), _typed_args(y=frozen))
+        pack(ParamBlock(_typed()), _typed_args(x=frozen))  # const float*: read-only memory goes
         # A read-only span of writable memory is the caller's choice: a non-const pointer takes it
-        pack(ParamBlock(_T), _typed_args(y=_span(tf.TensorRef, 0x9000, "f32")))
-        pack(ParamBlock(_T), _typed_args(c=frozen))  # const char*
+        pack(ParamBlock(_typed()), _typed_args(y=_span(tf.TensorRef, 0x9000, "f32")))
+        pack(ParamBlock(_typed()), _typed_args(c=frozen))  # const char*
         with pytest.raises(tf.ValidationError, match=r"args\[3\] 'v' is memory its producer "
                                                      r"marked read-only, the kernel takes void\*;"):
-            pack(ParamBlock(_T), _typed_args(v=frozen))
+            pack(ParamBlock(_typed()), _typed_args(v=frozen))
 
 
 @pytest.mark.parametrize(("name", "accepted", "refused", "takes"), [
@@ -565,12 +567,12 @@ def test_memory_its_producer_marked_read_only_needs_a_const_pointer():
     ("m", [tf.u64(2**64 - 1)], [tf.i64(1), tf.u32(1), np.int64(1)], "unsigned long long"),
 ])
 def test_a_scalar_must_have_the_parameters_signedness_and_width(name, accepted, refused, takes):
-    i = [p.name for p in _T.params].index(name)
+    i = [p.name for p in _typed().params].index(name)
     for pack in _both_packs():
         for a in accepted:
-            b = ParamBlock(_T)
+            b = ParamBlock(_typed())
             pack(b, _typed_args(**{name: a}))
-            size = _T.params[i].size
+            size = _typed().params[i].size
             want = a.data if isinstance(a, tf.KernelArg) else a.tobytes()
             assert bytes(b._mv[b.offsets[i]:b.offsets[i] + size]) == want
         for a in refused:
@@ -578,7 +580,7 @@ def test_a_scalar_must_have_the_parameters_signedness_and_width(name, accepted, 
                     else f"a numpy {a.dtype} scalar")
             with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\] "
                                rf"'{name}' is {what}, the kernel takes {takes}$"):
-                pack(ParamBlock(_T), _typed_args(**{name: a}))
+                pack(ParamBlock(_typed()), _typed_args(**{name: a}))
 
 
 @pytest.mark.parametrize(("name", "last", "first_refused", "type_name"), [
@@ -587,17 +589,17 @@ def test_a_scalar_must_have_the_parameters_signedness_and_width(name, accepted, 
     ("m", 0, -1, "u64"),
 ])
 def test_a_python_int_is_range_checked_into_the_c_type(name, last, first_refused, type_name):
-    i = [p.name for p in _T.params].index(name)
-    size = _T.params[i].size
+    i = [p.name for p in _typed().params].index(name)
+    size = _typed().params[i].size
     for pack in _both_packs():
-        b = ParamBlock(_T)
+        b = ParamBlock(_typed())
         pack(b, _typed_args(**{name: last}))
         signed = type_name[0] == "i"
         assert int.from_bytes(b._mv[b.offsets[i]:b.offsets[i] + size], "little",
                               signed=signed) == last
         with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\]: "
                            rf"{first_refused} is out of range for {type_name}"):
-            pack(ParamBlock(_T), _typed_args(**{name: first_refused}))
+            pack(ParamBlock(_typed()), _typed_args(**{name: first_refused}))
 
 
 def test_ptx_without_source_keeps_the_kind_checks_only():
@@ -606,3 +608,122 @@ def test_ptx_without_source_keeps_the_kind_checks_only():
     b.pack([_span(tf.TensorMut, 0x9000, "f64"), tf.u32(3), tf.f32(1.0)], _OURS, "session.launch")
     b.pack([_span(tf.TensorMut, 0x9000, "u8"), tf.u32(3), tf.f32(1.0)], _OURS, "session.launch")
     assert _read(b, 0, "<Q") == 0x9000
+
+
+# --- what the tests above leave to module-level objects, checked within tests ---------------
+
+def test_a_pointer_kernelarg_passes_its_span():
+    span = _span(tf.TensorMut, 0x9000, "f32")
+    a = tf.KernelArg.pointer(span)
+    assert (a.kind, a.scalar_type, a.data, a.span) == (1, None, b"", span)
+    b = ParamBlock(_typed())
+    assert b.pack(_typed_args(y=a), _OURS, "session.launch")[0] is span
+    assert _read(b, 0, "<Q") == 0x9000
+    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.pointer: span must be a TensorRef, "
+                                                 r"TensorMut or DeviceBytes, got int$"):
+        tf.KernelArg.pointer(0x9000)
+
+
+def test_the_pointer_array_the_driver_reads_points_at_each_parameter():
+    b = ParamBlock(_typed())
+    n = len(b.offsets)
+    ptrs = (ctypes.c_void_p * n).from_address(b.address)
+    assert [ptrs[i] for i in range(n)] == [ctypes.addressof(b._buf) + o for o in b.offsets]
+    assert b.offsets == tuple(sorted(b.offsets)) and b.offsets[-1] + 8 <= len(b._buf)
+
+
+def test_a_kernel_without_parameters_packs_nothing():
+    sig = tf.compile_cuda('extern "C" __global__ void e() {}').signatures["e"]
+    b = ParamBlock(sig)
+    assert b.pack([], _OURS, "session.launch") == []
+    assert b.pack((), _OURS, "session.launch") == []
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: kernel 'e' takes 0 "
+                                                 r"argument\(s\), got 1$"):
+        b.pack([tf.u32(1)], _OURS, "session.launch")
+
+
+PTX_KINDS = """
+.visible .entry kinds(.param .u32 kinds_param_0, .param .f32 kinds_param_1,
+                      .param .u64 kinds_param_2, .param .u8 kinds_param_3)
+{ ret; }
+"""
+
+
+@pytest.mark.parametrize(("i", "accepted", "refused"), [
+    (0, [tf.u32(1), tf.i32(-1)], [tf.f32(1.0), tf.u16(1), tf.u64(1)]),   # .u32: any 32-bit int
+    (1, [tf.f32(1.0)], [tf.u32(1), tf.i32(1), tf.f64(1.0)]),              # .f32
+    (2, [tf.u64(1), tf.i64(-1)], [tf.f64(1.0), tf.u32(1)]),               # .u64: pointer or int
+    (3, [tf.u8(1), tf.i8(-1), tf.KernelArg.scalar(True, "bool")], [tf.u16(1)]),  # .u8
+])
+def test_ptx_parameters_take_scalars_by_kind_and_width(i, accepted, refused):
+    sig = parse_ptx(PTX_KINDS)["kinds"]
+    good = [tf.u32(1), tf.f32(1.0), tf.u64(1), tf.u8(1)]
+    for a in accepted:
+        b = ParamBlock(sig)
+        b.pack([*good[:i], a, *good[i + 1:]], _OURS, "session.launch")
+        off = b.offsets[i]
+        assert bytes(b._mv[off:off + len(a.data)]) == a.data
+    for a in refused:
+        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\] expects "
+                                                     rf".*, got {a.describe()}$"):
+            ParamBlock(sig).pack([*good[:i], a, *good[i + 1:]], _OURS, "session.launch")
+
+
+@pytest.mark.parametrize(("value", "ok"), [(-(1 << 31), True), (-(1 << 31) - 1, False),
+                                           ((1 << 32) - 1, True), (1 << 32, False)])
+def test_a_python_int_for_a_ptx_int_takes_either_reading_of_its_width(value, ok):
+    sig = parse_ptx(PTX_KINDS)["kinds"]
+    args = [value, tf.f32(1.0), tf.u64(1), tf.u8(1)]
+    if ok:
+        b = ParamBlock(sig)
+        b.pack(args, _OURS, "session.launch")
+        assert bytes(b._mv[0:4]) == (value & 0xFFFFFFFF).to_bytes(4, "little")
+    else:
+        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[0\]: {value} "
+                                                     r"does not fit a 32-bit integer parameter$"):
+            ParamBlock(sig).pack(args, _OURS, "session.launch")
+
+
+def test_a_refusal_without_a_c_type_says_what_was_expected_and_given():
+    sig = parse_ptx(PTX_KINDS)["kinds"]
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] expects f32, got "
+                                                 r"f64 scalar$"):
+        ParamBlock(sig).pack([1, tf.f64(1.0), tf.u64(1), tf.u8(1)], _OURS, "session.launch")
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] expects f32, got "
+                                                 r"numpy float64 scalar$"):
+        ParamBlock(sig).pack([1, np.float64(1.0), tf.u64(1), tf.u8(1)], _OURS, "session.launch")
+
+
+def test_a_struct_for_an_opaque_parameter_is_checked_by_size():
+    from tenferro.signature import from_driver_layout
+
+    sig = from_driver_layout("cubin_kernel", [(0, 8), (8, 4)])
+    b = ParamBlock(sig)
+    b.pack([tf.KernelArg.struct(b"12345678"), tf.KernelArg.struct(b"abcd")], _OURS, "op")
+    assert bytes(b._mv[0:12]) == b"12345678abcd"
+    with pytest.raises(tf.ValidationError, match=r"^op: args\[1\] expects 4-byte value, got "
+                                                 r"8-byte struct$"):
+        ParamBlock(sig).pack([tf.u64(1), tf.KernelArg.struct(b"12345678")], _OURS, "op")
+
+
+def test_an_unnamed_parameter_is_named_by_its_position():
+    sig = tf.compile_cuda('extern "C" __global__ void u(float*, int) {}').signatures["u"]
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] is float64, the "
+                                                 r"kernel takes float\*$"):
+        ParamBlock(sig).pack([_span(tf.TensorMut, 0x9000, "f64"), 1], _OURS, "session.launch")
+
+
+def test_numpy_scalars_of_types_the_device_lacks_are_refused_naming_the_argument():
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[8\]: dtype float128 "
+                                                 r"is not supported on the device$"):
+        ParamBlock(_typed()).pack(_typed_args(n=np.longdouble(1)), _OURS, "session.launch")
+
+
+def test_kernelarg_scalar_names_itself_in_its_refusals():
+    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.scalar: dtype float128 is not "
+                                                 r"supported on the device$"):
+        tf.KernelArg.scalar(1, np.longdouble)
+    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.scalar\(u8\): 256 is out of "
+                                                 r"range for u8"):
+        tf.KernelArg.scalar(256, np.uint8)
+    assert tf.KernelArg.scalar(255, np.uint8).data == b"\xff"

@@ -256,3 +256,49 @@ def test_a_macro_in_the_parameter_list_keeps_the_compilers_types():
     from tenferro.signature import INT, PTR
 
     assert [p.kind for p in sig.params] == [PTR, INT]  # the compiler settles PTX's .u64
+
+
+VECTORS = r'''#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+struct P { int a; };
+template <typename T, int N> struct Vec { T v[N]; };
+extern "C" __global__ void v(float2* f2, const float4* f4, double2* d2, const int2* i2,
+                             uint4* u4, ulonglong2* ull2, __half2* h2, __nv_bfloat162* b2,
+                             short4* s4, P* p, float** pp, Vec<float, 4>* vec, void* raw,
+                             const unsigned char* bytes, const signed char* sbytes,
+                             unsigned long long n, __half h, bool flag, P byval, char c) {}
+'''
+
+
+def test_each_pointer_takes_the_dtypes_its_element_type_is_made_of():
+    from tenferro.signature import element_types
+
+    sig = tf.compile_cuda(VECTORS).signatures["v"]
+    got = {p.name: (None if element_types(p.c_type) is None
+                    else sorted(t.name for t in element_types(p.c_type)))
+           for p in sig.params if p.kind == "ptr"}
+    assert got == {
+        "f2": ["c64", "f32"], "f4": ["f32"], "d2": ["c128", "f64"], "i2": ["i32"], "u4": ["u32"],
+        "ull2": ["u64"], "h2": ["f16"], "b2": ["bf16"], "s4": ["i16"], "p": None, "pp": None,
+        "vec": None, "raw": None, "bytes": None, "sbytes": ["i8"]}
+
+
+def test_the_c_type_settles_each_parameters_kind_and_scalar():
+    sig = tf.compile_cuda(VECTORS).signatures["v"]
+    by_name = {p.name: p for p in sig.params}
+    assert (by_name["n"].kind, by_name["n"].scalar.name) == ("int", "u64")  # PTX: .u64
+    assert (by_name["h"].kind, by_name["h"].scalar.name) == ("float", "f16")  # PTX: .b8[2]
+    assert (by_name["flag"].kind, by_name["flag"].scalar.name) == ("int", "bool")
+    assert (by_name["c"].kind, by_name["c"].scalar.name) == ("int", "i8")
+    assert (by_name["byval"].kind, by_name["byval"].scalar) == ("bytes", None)
+    assert by_name["raw"].kind == "ptr" and by_name["vec"].kind == "ptr"
+
+
+@pytest.mark.parametrize(("entry", "name"), [
+    ("axpy", "axpy"), ("_Z4fillIfEvPT_S0_", "fill<float>"), ("_Z2tkIfLi4EEvPT_", "tk<float, 4>"),
+    ("_ZN2ns6kernelEPKfm", "ns::kernel"), ("_Z3badQQ", "_Z3badQQ"),
+])
+def test_a_kernel_is_shown_by_the_name_its_source_gives_it(entry, name):
+    from tenferro.signature import display_name
+
+    assert display_name(entry) == name
