@@ -213,11 +213,12 @@ _LAST_NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
 def _decl_name(decl: str) -> str:
     """The parameter's name in one C declaration (``const float* x = 0`` -> ``x``); "" if none.
 
-    A declaration that ends in a type word or a ``*`` names no parameter.
+    A declaration that ends in a type word or a ``*``, or is one word (``int32_t``), names no
+    parameter.
     """
     text = _QUALIFIERS.sub(" ", decl.split("=", 1)[0]).strip()
     m = _LAST_NAME.search(text)
-    if m is None or m.group(1) in _TYPE_WORDS or dtypes.from_c_name(m.group(1)):
+    if m is None or m.group(1) in _TYPE_WORDS:
         return ""
     before = text[:m.start(1)].strip()
     return m.group(1) if before and not before.endswith("::") else ""

@@ -201,11 +201,42 @@ def test_a_kernel_the_probe_cannot_name_keeps_what_ptx_says():
     ("int n = 4", "n"), ("float v[4]", "v"), ("const S* p", "p"), ("S s", "s"),
     ("ns::P p", "p"), ("const float* const* pp", "pp"), ("__half h", "h"),
     ("unsigned", ""), ("float*", ""), ("ns::P", ""), ("unsigned long long", ""),
-    ("const float*", ""), ("int32_t", "")])
+    ("const float*", ""), ("int32_t", ""), ("const uint64_t", ""), ("int x = a == b", "x"),
+    ("volatile unsigned", "")])
 def test_a_parameters_name_is_read_from_its_declaration(decl, name):
     from tenferro.signature import _decl_name
 
     assert _decl_name(decl) == name
+
+
+@pytest.mark.parametrize(("decl", "kind", "scalar"), [
+    ("int n", "int", "i32"), ("unsigned   int\n n", "int", "u32"),
+    ("const unsigned int n", "int", "u32"),
+    ("unsigned long int x", "int", "u64"), ("long long int q", "int", "i64"),
+    ("volatile unsigned short s", "int", "u16"), ("double __restrict__ d", "float", "f64"),
+    ("const __half h", "float", "f16"), ("size_t m", "int", "u64"),
+])
+def test_the_declaration_reader_takes_scalars_by_their_c_names(decl, kind, scalar):
+    from tenferro.signature import _c_param
+
+    p = _c_param(decl)
+    size = {"i32": 4, "u32": 4, "u64": 8, "i64": 8, "u16": 2, "f64": 8, "f16": 2}[scalar]
+    assert (p.kind, p.size, p.align, p.scalar.name) == (kind, size, size, scalar)
+
+
+@pytest.mark.parametrize("decl", ["float* p", "const float * __restrict__ p", "S** pp", "void*"])
+def test_the_declaration_reader_takes_any_star_as_a_pointer(decl):
+    from tenferro.signature import _c_param
+
+    p = _c_param(decl)
+    assert (p.kind, p.size, p.align, p.scalar) == ("ptr", 8, 8, None)
+
+
+@pytest.mark.parametrize("decl", ["int", "S s", "Vec<float, 4> v", "unsigned __int128 x", ""])
+def test_the_declaration_reader_leaves_what_it_cannot_read(decl):
+    from tenferro.signature import _c_param
+
+    assert _c_param(decl) is None
 
 
 def test_declared_names_reach_the_signature_and_unnamed_ones_have_none():
