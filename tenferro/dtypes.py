@@ -125,8 +125,8 @@ def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:
         dt = np.dtype(dtype)
     except TypeError:
         raise ValidationError(f"{op}: {dtype!r} is not a dtype") from None
-    t = _BY_NUMPY.get(dt.newbyteorder("=") if dt.byteorder == ">" else dt)
-    if t is None or dt.byteorder == ">":
+    t = _BY_NUMPY.get(dt)  # a big-endian dtype is not equal to any key: refused
+    if t is None:
         raise ValidationError(f"{op}: dtype {dt} is not supported on the device")
     return t
 
@@ -148,10 +148,9 @@ _F16_MAX = 65504.0
 _BF16_MAX = 3.3895313892515355e38
 
 
-def _short(value: Any) -> str:
-    """``repr(value)``, cut to a readable length (a huge int has hundreds of digits)."""
-    r = repr(value)
-    return r if len(r) <= 40 else f"{r[:20]}...({len(r)} characters)"
+def _huge(value: Any) -> str:
+    """An integer past float64's range, described by its length (it has 309 digits or more)."""
+    return f"an integer of {len(str(abs(int(value))))} digits"
 
 
 def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
@@ -161,8 +160,6 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
     would become infinite are refused with `ValidationError`.
     """
     if t.kind in ("int", "uint", "bool"):
-        if isinstance(value, (bool, np.bool_)) and t.kind != "bool":
-            value = int(value)
         if isinstance(value, (float, np.floating)) or not isinstance(
             value, (int, np.integer, bool, np.bool_)
         ):
@@ -187,7 +184,7 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
         try:
             v = float(value)
         except OverflowError:  # an int past float64's range
-            raise ValidationError(f"{op}: {_short(value)} overflows {t.name}") from None
+            raise ValidationError(f"{op}: {_huge(value)} overflows {t.name}") from None
         if t.name == "bf16":
             if v != v:
                 return _BF16_NAN
@@ -213,7 +210,7 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
         try:
             c = complex(value)
         except OverflowError:
-            raise ValidationError(f"{op}: {_short(value)} overflows {t.name}") from None
+            raise ValidationError(f"{op}: {_huge(value)} overflows {t.name}") from None
         if t.name == "c64" and (abs(c.real) > _F32_MAX or abs(c.imag) > _F32_MAX):
             raise ValidationError(f"{op}: {c!r} overflows {t.name}")
         return struct.pack(t.fmt, c.real, c.imag)

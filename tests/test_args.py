@@ -251,9 +251,9 @@ def test_floats_are_refused_only_where_they_round_to_infinity(make, accepted, re
     (tf.f32, 2**1024), (tf.f64, 10**400), (tf.f16, -(10**400)), (tf.bf16, 2**2000),
 ])
 def test_ints_past_float64_are_refused_not_overflowerror(make, value):
-    with pytest.raises(tf.ValidationError,
-                       match=rf"tf\.{make.__name__}: -?\d{{19,20}}\.\.\.\(\d+ characters\) "
-                             rf"overflows {make.__name__}$"):
+    digits = len(str(abs(value)))
+    with pytest.raises(tf.ValidationError, match=rf"^tf\.{make.__name__}: an integer of {digits} "
+                                                 rf"digits overflows {make.__name__}$"):
         make(value)
     assert make(float(np.finfo(np.float16).max)).data  # an ordinary value still packs
 

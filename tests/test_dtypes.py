@@ -95,3 +95,19 @@ def test_overflow_messages_name_each_types_largest_value():
     (3.3895313892515355e38, 0x7F7F)])  # bf16's largest finite value
 def test_bf16_rounds_to_nearest_even(value, bits):
     assert dtypes.pack_scalar(dtypes.by_name("bf16"), value, "op") == bits.to_bytes(2, "little")
+
+
+def test_lookups_name_their_default_operation():
+    with pytest.raises(tf.ValidationError, match=r"^dtype: 'nope' is not a dtype$"):
+        dtypes.from_numpy("nope")
+    with pytest.raises(tf.ValidationError, match=r"^dlpack: DLPack dtype code=2 bits=24 "):
+        dtypes.from_dlpack(2, 24, 1)
+    assert dtypes.from_numpy(">u1").name == "u8"  # one byte has no byte order
+
+
+def test_an_integer_past_float64_is_named_by_its_length():
+    for name in ("f32", "c64", "c128"):
+        with pytest.raises(tf.ValidationError, match=rf"^op: an integer of 401 digits overflows "
+                                                     rf"{name}$"):
+            dtypes.pack_scalar(dtypes.by_name(name), -(10**400), "op")
+    assert dtypes.pack_scalar(dtypes.by_name("f64"), 10**308, "op") == struct.pack("<d", 1e308)

@@ -175,8 +175,11 @@ def _craft(d):
     dlpack._TENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
                              d["code"], d["bits"], d["lanes"], shape_p if ndim else 0,
                              strides_p if d["strides"] is not None and ndim else 0, d["offset"])
+    deleter = d.get("deleter", 0)
     if d["versioned"]:
-        dlpack._VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, 0, d["flags"])
+        dlpack._VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, deleter, d["flags"])
+    else:
+        dlpack._LEGACY_TAIL.pack_into(buf, dlpack._TENSOR.size, 0, deleter)
     return buf, _capsule_new(base, _NAMES[d["versioned"]], None)
 
 
@@ -318,3 +321,31 @@ def test_cai_takes_zero_extents_keeps_its_producer_and_names_bad_fields():
                                                      rf"{field}={re.escape(repr(value))} must "
                                                      r"be a tuple of ints"):
             read_cai(_Producer(cai), "op")
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_capsules_deleter_runs_once_and_its_producer_is_kept(versioned):
+    calls = []
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(calls.append)
+    d = _plain(versioned=versioned, deleter=ctypes.cast(deleter, ctypes.c_void_p).value)
+    buf, cap = _craft(d)
+    f = dlpack.read_capsule(cap, "op", producer=buf)
+    owner = f.owner
+    assert owner.producer is buf and calls == []  # held until the last span goes
+    owner.release()
+    owner.release()
+    del f, owner
+    gc.collect()
+    assert calls == [ctypes.addressof(buf)]  # the managed tensor's address, once
+
+
+@pytest.mark.parametrize(("shape", "ok"), [((0,), True), ((3, 0), True), ((1,), False),
+                                           ((2, 3), False)])
+def test_null_dlpack_data_is_taken_only_for_an_empty_tensor(shape, ok):
+    _buf, cap = _craft(_plain(data=0, ndim=len(shape), shape=list(shape)))
+    if ok:
+        assert dlpack.read_capsule(cap, "op").shape == shape
+    else:
+        with pytest.raises(tf.ValidationError, match=rf"^op: DLPack data is NULL for "
+                                                     rf"shape={re.escape(str(shape))}$"):
+            dlpack.read_capsule(cap, "op")

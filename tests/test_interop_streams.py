@@ -98,3 +98,9 @@ def test_stream_ordering_waits_once_per_producer_stream_at_the_flush(monkeypatch
     assert order.pending == []
     order.flush("session.launch")
     assert len(waits) == 3  # flushed once
+
+
+def test_a_refused_stream_value_says_which_kinds_are_taken():
+    with pytest.raises(tf.ValidationError, match=r"^op: stream='1' must be None, an int or an "
+                                                 r"object with __cuda_stream__$"):
+        stream_value("1", "stream", "op", objects=True)

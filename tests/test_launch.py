@@ -422,3 +422,12 @@ def test_a_float64_array_for_a_float_pointer_is_refused_and_float32_computes(ses
     session.launch(fn, cfg, [session.tensor_mut(y), session.tensor(session.upload(x32)),
                              tf.f32(2.0), tf.u32(n)])
     np.testing.assert_allclose(session.download(y), 2.0 * x32.astype(np.float64) + y0, rtol=1e-6)
+
+
+def test_flat_defaults_and_configs_compare_by_value():
+    c = tf.LaunchConfig.flat(1000)
+    assert (c.grid, c.block, c.shared_mem_bytes) == ((4, 1, 1), (256, 1, 1), 0)
+    assert c == tf.LaunchConfig.flat(1000) and c != tf.LaunchConfig.flat(2000)
+    assert c != tf.LaunchConfig.flat(1000, 128) and c != (c.grid, c.block, 0)
+    assert len({c, tf.LaunchConfig.flat(1000), tf.LaunchConfig.flat(1000, shared_mem_bytes=4)}) \
+        == 2

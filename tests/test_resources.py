@@ -53,3 +53,24 @@ def test_the_cache_refuses_a_bad_limit(limit):
                                                  r"int >= 1"):
         ResourceCache(limit=limit)
     assert ResourceCache(limit=1).limit == 1
+
+
+def test_the_cache_checks_kinds_and_keys_without_a_session():
+    from tenferro.resources import ResourceCache
+
+    c = ResourceCache()
+    assert c.limit == 256
+    assert c.get("n", lambda: 3, None, "op") == 3
+    assert c.get("n", lambda: 4, int, "op") == 3  # made without a kind: any kind may ask
+    assert c.get("s", lambda: "x", str, "op") == "x"
+    with pytest.raises(tf.ValidationError, match=r"^op: key='s' holds a str, asked as kind=int$"):
+        c.get("s", lambda: 0, int, "op")
+    with pytest.raises(tf.ValidationError, match=r"^op: init for key='t' returned int, expected "
+                                                 r"str$"):
+        c.get("t", lambda: 5, str, "op")
+    assert "t" not in c._items and len(c) == 2  # a refused value is not kept
+    with pytest.raises(tf.ValidationError, match=r"^op: kind=5 must be a type or None$"):
+        c.get("u", lambda: 5, 5, "op")
+    with pytest.raises(tf.ValidationError, match=r"^op: key=\[1\] must be hashable$"):
+        c.get([1], lambda: 5, None, "op")
+    assert len(c) == 2

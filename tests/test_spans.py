@@ -247,3 +247,33 @@ def test_a_launch_refuses_a_span_of_another_session_and_aliasing_without_a_gpu()
     assert [s.ptr for s in spans] == [0x2000, 0x2020]  # touching is fine; the bytes are packed
     assert bytes(block.snapshot()[:16]) == (0x2000).to_bytes(8, "little") + \
         (0x2020).to_bytes(8, "little")
+
+
+def test_a_span_says_its_producer_did_not_mark_it_read_only_unless_told():
+    from tenferro.dtypes import by_name
+
+    f32 = by_name("f32")
+    assert tf.TensorRef(0x1000, (4,), (4,), f32, 0, None, None).producer_readonly is False
+    assert tf.TensorRef(0x1000, (4,), (4,), f32, 0, None, None, True).producer_readonly is True
+    assert tf.TensorRef.compact(0x1000, (4,), (4,), f32, 16, 0, None, None).producer_readonly \
+        is False
+
+
+@pytest.mark.parametrize(("shape", "strides", "contiguous"), [
+    ((3, 1), (4, 999), True), ((1, 3), (999, 4), True),   # a 1-extent's stride never matters
+    ((2, 3), (12, 4), True), ((2, 3), (4, 8), False), ((2, 2), (4, 8), False),
+    ((0, 3), (7, 4), True), ((3,), (8,), False)])
+def test_c_contiguity_ignores_only_extents_of_one_and_empty_spans(shape, strides, contiguous):
+    from tenferro.dtypes import by_name
+
+    span = tf.TensorRef(0x1000, shape, strides, by_name("f32"), 0, None, None)
+    assert span.is_c_contiguous is contiguous
+
+
+@pytest.mark.parametrize(("shape", "strides"), [
+    ((2, 0, 3), (12, 12, 4)), ((0,), (4,)), ((4, 1, 5), (20, 20, 4)), ((), ())])
+def test_c_strides_count_an_empty_extent_as_one(shape, strides):
+    # As torch does (torch.empty(2, 0, 3).stride() is (3, 3, 1)); numpy gives 0s when empty.
+    from tenferro.spans import c_strides
+
+    assert c_strides(shape, 4) == strides
