@@ -28,7 +28,8 @@ def _version(package: str) -> str:
 
 def _cache() -> dict[str, Any]:
     path = cache_dir()
-    entries = sorted(path.glob("*.tfmod")) if path.is_dir() else []
+    entries = [p for p in path.glob("*.tfmod") if not p.name.startswith(".")] \
+        if path.is_dir() else []  # .tmp-*.tfmod: a write a process did not finish
     return {"path": str(path), "entries": len(entries),
             "bytes": sum(p.stat().st_size for p in entries)}
 

@@ -210,9 +210,7 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str) -> dict
 def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
     sigs = refine_with_source(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False), source)
     sigs = with_c_types(sigs, entry.get("probes") or {})
-    image = entry.get("image")
-    if image is None:
-        image = bytes.fromhex(entry["image_hex"])
+    image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
     return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),
                         sigs, from_cache)
 
@@ -238,7 +236,7 @@ def _read_cache(path: Path, key: str) -> dict | None:
                     for d in (lowered, probes))):
         return None
     try:
-        entry["image"] = bytes.fromhex(image)
+        bytes.fromhex(image)
     except ValueError:
         return None
     return entry

@@ -16,7 +16,7 @@ def cache(tmp_path, monkeypatch):
     d.mkdir()
     (d / "a.tfmod").write_bytes(b"x" * 1000)
     (d / "b.tfmod").write_bytes(b"y" * 2072)
-    (d / ".tmp-c.tfmod.part").write_bytes(b"z" * 5)  # not an entry
+    (d / ".tmp-c.tfmod").write_bytes(b"z" * 5)  # a write that did not finish: not an entry
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(d))
     return d
 

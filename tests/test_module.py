@@ -459,3 +459,27 @@ def test_compiled_cuda_shows_its_kernels_as_a_table_in_notebooks():
         "<tr><td><code>e</code></td><td><code>(none)</code></td></tr>"
         "<tr><td><code>f&lt;int&gt;</code></td><td><code>int* y</code></td></tr>"
         "<tr><td><code>k</code></td><td><code>float* y, unsigned int n</code></td></tr></table>")
+
+
+def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path, monkeypatch):
+    # A rename is atomic only within one file system: the temporary file sits in the cache
+    # directory, named so that no reader takes it for an entry (.tmp-*.tfmod).
+    import os
+    from pathlib import Path
+
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
+    renames = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (renames.append((src, dst)),
+                                                         real(src, dst))[1])
+    tf.compile_cuda(SRC + "\n// renamed into place")
+    [(src, dst)] = renames
+    src, dst = Path(src), Path(dst)
+    assert src.parent == dst.parent == tmp_path
+    assert src.name.startswith(".tmp-") and src.name.endswith(".tfmod")
+    assert dst.name.endswith(".tfmod") and not dst.name.startswith(".")
+
+
+def test_a_source_without_kernels_compiles_to_no_signatures():
+    r = tf.compile_cuda("__device__ int twice(int x) { return 2 * x; }\n", cache=False)
+    assert r.signatures == {} and r.image[:4] == b"\x7fELF"
