@@ -208,8 +208,9 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str) -> dict
 
 
 def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
-    sigs = refine_with_source(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False), source)
-    sigs = with_c_types(sigs, entry.get("probes") or {})
+    sigs = with_c_types(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False),
+                        entry.get("probes") or {})
+    sigs = refine_with_source(sigs, source)  # names; the text's types where the compiler's lack
     image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
     return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),
                         sigs, from_cache)

@@ -240,13 +240,15 @@ def _split_params(arglist: str) -> list[str]:
 
 
 def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Signature]:
-    """Refine PTX signatures with the ``__global__`` declarations of the CUDA C source.
+    """Refine signatures with the ``__global__`` declarations of the CUDA C source.
 
-    An unmangled (``extern "C"``) entry is refined where the C type is a plain type or a
-    pointer whose size agrees with the PTX: a 64-bit PTX parameter becomes a pointer or an
-    exact integer type, a 32-bit one gets its signedness. Every entry takes its parameters'
-    names from its declaration; a C++ entry from the declarations of its unqualified name with
-    as many parameters, where they agree on the names (their types come from `with_c_types`).
+    Every entry takes its parameters' names from its declaration; a C++ entry from the
+    declarations of its unqualified name with as many parameters, where they agree on the
+    names. Where the compiler gave no C type (`with_c_types` runs first; an ``extern "C"``
+    kernel inside a namespace has none), an unmangled entry's parameter is refined from the
+    text where the C type is a plain type or a pointer whose size agrees with the PTX: a
+    64-bit PTX parameter becomes a pointer or an exact integer type, a 32-bit one gets its
+    signedness.
     """
     out = dict(sigs)
     by_name: dict[str, list[list[str]]] = {}
@@ -259,7 +261,7 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
             continue
         params = []
         for ptx, decl in zip(sig.params, decls, strict=True):
-            c = _c_param(decl)
+            c = None if ptx.c_type is not None else _c_param(decl)
             if c is not None and ptx.kind in (PTR_OR_INT, PTR, INT, FLOAT) and c.size == ptx.size \
                     and (c.kind == FLOAT) == (ptx.kind == FLOAT):
                 ptx = replace(ptx, kind=c.kind, scalar=c.scalar)

@@ -138,11 +138,14 @@ def kernel_params(draw):
 @settings(max_examples=25, deadline=None)
 @given(kernel_params())
 def test_c_declarations_refine_the_ptx_even_with_comments_in_the_list(params):
+    # Inside a namespace the C-type probe cannot name the kernel: the declaration reader is
+    # what refines the PTX there.
     decl = ",".join(f"{c} {name}{comment}" for c, name, comment, _ in params)
     src = ("typedef long long int64_t;\ntypedef unsigned int uint32_t;\n"
-           f'extern "C" __global__ void k({decl}) {{}}\n')
+           f'namespace inner {{ extern "C" __global__ void k({decl}) {{}} }}\n')
     sig = tf.compile_cuda(src, arch="compute_90", target="ptx").signatures["k"]
     assert sig.origin == "cuda" or not params
+    assert all(p.c_type is None for p in sig.params)
     got = [(p.kind, p.scalar.name if p.scalar is not None else None) for p in sig.params]
     assert got == [want for *_, want in params], src
 
