@@ -198,8 +198,13 @@ def test_empty_struct_is_refused():
 def test_kernelarg_factories_refuse_bad_input():
     with pytest.raises(tf.ValidationError, match=r"KernelArg\.pointer: span must be"):
         tf.KernelArg.pointer(np.zeros(3))
-    with pytest.raises(tf.ValidationError, match=r"KernelArg\.struct: data must be"):
+    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.struct: data must be bytes, a "
+                                                 r"numpy array or a ctypes\.Structure, got int$"):
         tf.KernelArg.struct(3)
+    arr = np.array([1, -2], np.int32)
+    assert tf.KernelArg.struct(arr).data == arr.tobytes()
+    assert tf.KernelArg.struct(b"x" * 16, align=8).describe() == "16-byte struct aligned to 8"
+    assert tf.KernelArg.struct(b"x" * 16).describe() == "16-byte struct"
     assert tf.KernelArg.scalar(7, np.uint16).data == struct.pack("<H", 7)
     assert tf.KernelArg.scalar(7, "i8").data == struct.pack("<b", 7)
 

@@ -483,3 +483,8 @@ def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path,
 def test_a_source_without_kernels_compiles_to_no_signatures():
     r = tf.compile_cuda("__device__ int twice(int x) { return 2 * x; }\n", cache=False)
     assert r.signatures == {} and r.image[:4] == b"\x7fELF"
+
+
+def test_a_source_that_is_not_text_is_refused_naming_its_type():
+    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: source must be str, got bytes$"):
+        tf.compile_cuda(SRC.encode())

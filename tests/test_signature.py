@@ -336,3 +336,28 @@ def test_a_kernel_is_shown_by_the_name_its_source_gives_it(entry, name):
     from tenferro.signature import display_name
 
     assert display_name(entry) == name
+
+
+def test_ptx_parameters_read_with_their_names_arrays_and_half_floats():
+    sigs = parse_ptx(".visible .entry k(.param .f32 k_a[3], .param .u64 k_b[2], "
+                     ".param .f16 k_h, .param .b8 k_s[5])\n{ ret; }")
+    k = sigs["k"]
+    assert (k.name, k.origin) == ("k", "ptx")
+    assert [(p.name, p.kind, p.size, p.align) for p in k.params] == [
+        ("k_a", BYTES, 12, 4), ("k_b", BYTES, 16, 8), ("k_h", FLOAT, 2, 2), ("k_s", BYTES, 5, 1)]
+    assert k.params[2].scalar.name == "f16"
+
+
+def test_a_text_without_entries_is_quoted_from_its_first_character():
+    text = "\n\n   // forty characters of a comment, and then some more text"
+    with pytest.raises(tf.ValidationError) as info:
+        parse_ptx(text, "op")
+    assert str(info.value).endswith(f"this starts {text.lstrip()[:40]!r}")
+
+
+@pytest.mark.parametrize(("param", "text"), [
+    ("u32", "32-bit int"), ("s8", "8-bit int"), ("f64", "f64"),
+    ("u64", "pointer or 64-bit integer")])
+def test_a_ptx_parameter_describes_itself_in_refusals(param, text):
+    sig = parse_ptx(f".visible .entry k(.param .{param} k_p)\n{{ ret; }}")["k"]
+    assert sig.params[0].describe() == text
