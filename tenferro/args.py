@@ -190,8 +190,8 @@ def _scalar_fits(p: Param, t: ScalarType) -> bool:
             return t in taken
     if p.kind == INT:
         return t.kind in ("int", "uint", "bool") and t.itemsize == p.size
-    if p.kind == FLOAT:
-        return t.is_float and t.itemsize == p.size and (p.scalar is None or p.scalar is t)
+    if p.kind == FLOAT:  # PTX says f16, f32 or f64, C the exact type: the parameter's own
+        return t is p.scalar
     if p.kind == PTR_OR_INT:
         return t.kind in ("int", "uint") and t.itemsize == 8
     if p.kind in (BYTES, OPAQUE):

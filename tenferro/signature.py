@@ -192,14 +192,12 @@ _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__
 
 def _c_param(decl: str) -> Param | None:
     """The kind of one C parameter declaration, or None when it is not a plain type."""
-    decl = re.sub(r"\s+", " ", decl.strip())
     if "*" in decl:
         return Param(PTR, 8, 8)
     words = _QUALIFIERS.sub(" ", decl).split()
     if len(words) < 2:
         return None
-    ctype = " ".join(words[:-1])
-    t = dtypes.from_c_name(ctype) or dtypes.from_c_name(ctype.removesuffix(" int"))
+    t = dtypes.from_c_name(" ".join(words[:-1]).removesuffix(" int"))  # long int: long
     if t is None:
         return None
     return Param(FLOAT if t.is_float else INT, t.itemsize, t.itemsize, t)
@@ -216,7 +214,7 @@ def _decl_name(decl: str) -> str:
     A declaration that ends in a type word or a ``*``, or is one word (``int32_t``), names no
     parameter.
     """
-    text = _QUALIFIERS.sub(" ", decl.split("=", 1)[0]).strip()
+    text = _QUALIFIERS.sub(" ", decl.partition("=")[0]).strip()
     m = _LAST_NAME.search(text)
     if m is None or m.group(1) in _TYPE_WORDS:
         return ""
@@ -395,9 +393,9 @@ def with_c_types(sigs: dict[str, Signature], probes: dict[str, str]) -> dict[str
         except (ValueError, IndexError):
             continue
         if len(c_params) == len(sig.params):
-            params = [_with_c_type(p, c) for p, c in zip(sig.params, c_params, strict=True)]
-            # PTX's own names (entry_param_0) say nothing the position does not: drop them.
+            # PTX's own names (entry_param_0) say nothing the position does not: dropped, and
+            # refine_with_source gives the declaration's.
             out[entry] = replace(sig, params=tuple(
-                replace(p, name="") if p.name == f"{entry}_param_{i}" else p
-                for i, p in enumerate(params)))
+                replace(_with_c_type(p, c), name="")
+                for p, c in zip(sig.params, c_params, strict=True)))
     return out

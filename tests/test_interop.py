@@ -349,3 +349,23 @@ def test_null_dlpack_data_is_taken_only_for_an_empty_tensor(shape, ok):
         with pytest.raises(tf.ValidationError, match=rf"^op: DLPack data is NULL for "
                                                      rf"shape={re.escape(str(shape))}$"):
             dlpack.read_capsule(cap, "op")
+
+
+def test_a_dlpack_producer_is_asked_with_the_sessions_stream_and_our_version():
+    seen = {}
+
+    class Producer:
+        def is_neg(self):  # torch's method, answering "not negated"
+            return False
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, **kwargs):
+            seen.update(kwargs)
+            self.buf, cap = _craft(_plain())
+            return cap
+
+    f = dlpack.read_dlpack(Producer(), 7, 0, "op")
+    assert seen == {"stream": 7, "max_version": dlpack.MAX_VERSION}
+    assert f.shape == (4,) and f.ptr == 0x7000_0000

@@ -461,6 +461,15 @@ def test_compiled_cuda_shows_its_kernels_as_a_table_in_notebooks():
         "<tr><td><code>k</code></td><td><code>float* y, unsigned int n</code></td></tr></table>")
 
 
+def test_a_compile_from_the_cache_says_so_in_its_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void k(float* y) {}\n'
+    assert ", from the cache" not in tf.compile_cuda(src)._repr_html_()
+    assert tf.compile_cuda(src)._repr_html_().startswith(
+        "<b>CompiledCuda: cubin for sm_90, ")
+    assert ", from the cache</b>" in tf.compile_cuda(src)._repr_html_()
+
+
 def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path, monkeypatch):
     # A rename is atomic only within one file system: the temporary file sits in the cache
     # directory, named so that no reader takes it for an entry (.tmp-*.tfmod).

@@ -361,3 +361,39 @@ def test_a_text_without_entries_is_quoted_from_its_first_character():
 def test_a_ptx_parameter_describes_itself_in_refusals(param, text):
     sig = parse_ptx(f".visible .entry k(.param .{param} k_p)\n{{ ret; }}")["k"]
     assert sig.params[0].describe() == text
+
+
+def test_a_cubins_parameters_are_aligned_as_the_driver_laid_them_out():
+    from tenferro.signature import OPAQUE, from_driver_layout
+
+    layout = [(0, 8), (8, 4), (12, 4), (16, 16), (32, 2), (34, 1), (36, 12), (48, 8), (64, 32)]
+    sig = from_driver_layout("k", layout)
+    assert (sig.name, sig.origin) == ("k", "driver")
+    assert [(p.kind, p.size, p.align) for p in sig.params] == [
+        (OPAQUE, 8, 8), (OPAQUE, 4, 4), (OPAQUE, 4, 4), (OPAQUE, 16, 16), (OPAQUE, 2, 2),
+        (OPAQUE, 1, 1), (OPAQUE, 12, 4), (OPAQUE, 8, 8), (OPAQUE, 32, 16)]
+
+
+@pytest.mark.parametrize(("arglist", "parts"), [
+    ("int a, float b", ["int a", " float b"]),
+    ("Vec<float, 4> v, int n", ["Vec<float, 4> v", " int n"]),
+    ("A<B<c, d>, e> x, int (*f)(int, int), int y[3], S s = {1, 2}",
+     ["A<B<c, d>, e> x", " int (*f)(int, int)", " int y[3]", " S s = {1, 2}"]),
+    ("", [""]),
+])
+def test_a_parameter_list_splits_at_its_top_level_commas(arglist, parts):
+    from tenferro.signature import _split_params
+
+    assert _split_params(arglist) == parts
+
+
+def test_a_probe_that_names_no_function_pointer_leaves_that_kernel_alone():
+    from tenferro.signature import with_c_types
+
+    sigs = parse_ptx(".visible .entry a(.param .u64 a_param_0)\n{ ret; }\n"
+                     ".visible .entry b(.param .u64 b_param_0)\n{ ret; }")
+    probes = {"a": "_Z21__tenferro_c_types_ofIiEvv",       # T = int: not a pointer to a kernel
+              "b": "_Z21__tenferro_c_types_ofIPFvPfEEvv"}  # T = void (*)(float*)
+    out = with_c_types(sigs, probes)
+    assert out["a"] == sigs["a"]
+    assert [(p.kind, p.c_type.spell(), p.name) for p in out["b"].params] == [("ptr", "float*", "")]
