@@ -397,3 +397,20 @@ def test_a_probe_that_names_no_function_pointer_leaves_that_kernel_alone():
     out = with_c_types(sigs, probes)
     assert out["a"] == sigs["a"]
     assert [(p.kind, p.c_type.spell(), p.name) for p in out["b"].params] == [("ptr", "float*", "")]
+
+
+@pytest.mark.parametrize(("src", "want"), [
+    ('namespace n { extern "C" __global__ void k(void) {} }', []),
+    ('namespace n { extern "C" __global__ void k() {} }', []),
+    ('#include <cuda_fp16.h>\nnamespace n { extern "C" __global__ void k(__half h, unsigned m, '
+     'float* p, long long q, double d) {} }',
+     [("h", "float", 2, "f16"), ("m", "int", 4, "u32"), ("p", "ptr", 8, None),
+      ("q", "int", 8, "i64"), ("d", "float", 8, "f64")]),
+])
+def test_the_declaration_reader_types_what_the_probe_cannot_name(src, want):
+    # In a namespace, &k does not resolve where the probe is compiled: the text's declaration
+    # is all there is, __half (a .b8 array in PTX) included.
+    sig = tf.compile_cuda(src, cache=False).signatures["k"]
+    assert all(p.c_type is None for p in sig.params)
+    assert [(p.name, p.kind, p.size, p.scalar.name if p.scalar else None)
+            for p in sig.params] == want
