@@ -27,9 +27,7 @@ def _norm(text: str) -> str:
 
 def _spellings(d: Demangled) -> tuple[str, str]:
     """A kernel's name with its template arguments, and the same with its parameters."""
-    named = d.name + (f"<{', '.join(a.spell() for a in d.template_args)}>"
-                      if d.template_args else "")
-    return named, d.spell()
+    return d.spell_name(), d.spell()
 
 
 def candidates(name: str, entries: Iterable[str]) -> list[tuple[str, Demangled]]:

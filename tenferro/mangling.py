@@ -82,11 +82,15 @@ class Demangled:
     template_args: tuple[CType, ...]
     params: tuple[CType, ...]
 
+    def spell_name(self) -> str:
+        """The name with its template arguments: ``ns::axpy<float>``."""
+        if not self.template_args:
+            return self.name
+        return f"{self.name}<{', '.join(a.spell() for a in self.template_args)}>"
+
     def spell(self) -> str:
         """``ns::axpy<float>(float*, const float*, float, unsigned int)``."""
-        targs = f"<{', '.join(a.spell() for a in self.template_args)}>" \
-            if self.template_args else ""
-        return f"{self.name}{targs}({', '.join(p.spell() for p in self.params)})"
+        return f"{self.spell_name()}({', '.join(p.spell() for p in self.params)})"
 
 
 class _Reader:

@@ -97,11 +97,9 @@ def display_name(entry: str) -> str:
     if not entry.startswith("_Z"):
         return entry
     try:
-        d = demangle(entry)
+        return demangle(entry).spell_name()
     except (ValueError, IndexError):
         return entry
-    targs = f"<{', '.join(a.spell() for a in d.template_args)}>" if d.template_args else ""
-    return d.name + targs
 
 
 def kernels_html(title: str, signatures: dict[str, Signature]) -> str:
