@@ -68,16 +68,16 @@ class CompiledCuda:
     signatures: dict[str, Signature] = field(default_factory=dict)
     from_cache: bool = False
 
+    def _what(self) -> str:
+        cached = ", from the cache" if self.from_cache else ""
+        return f"{self.target} for {self.arch}, {len(self.image)} bytes{cached}"
+
     def __repr__(self) -> str:
         kernels = "; ".join(sig.declaration() for sig in self.signatures.values())
-        cached = ", from the cache" if self.from_cache else ""
-        return (f"CompiledCuda({self.target} for {self.arch}, {len(self.image)} bytes{cached}; "
-                f"{len(self.signatures)} kernel(s): {kernels})")
+        return f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels})"
 
     def _repr_html_(self) -> str:
-        cached = ", from the cache" if self.from_cache else ""
-        return kernels_html(f"CompiledCuda: {self.target} for {self.arch}, {len(self.image)} "
-                            f"bytes{cached}", self.signatures)
+        return kernels_html(f"CompiledCuda: {self._what()}", self.signatures)
 
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
@@ -339,14 +339,15 @@ class Module:
         fn = self._functions[name] = Function(self, entry, handle, sig)
         return fn
 
+    def _what(self) -> str:
+        return self.kind if self.handle else f"{self.kind}, unloaded"
+
     def __repr__(self) -> str:
         kernels = "; ".join(self.signatures[e].declaration() for e in sorted(self.signatures))
-        state = "" if self.handle else ", unloaded"
-        return f"Module({self.kind}{state}; {len(self.signatures)} kernel(s): {kernels})"
+        return f"Module({self._what()}; {len(self.signatures)} kernel(s): {kernels})"
 
     def _repr_html_(self) -> str:
-        state = "" if self.handle else ", unloaded"
-        return kernels_html(f"Module: {self.kind}{state}", self.signatures)
+        return kernels_html(f"Module: {self._what()}", self.signatures)
 
     def unload(self) -> None:
         """Unload now; called by the session after its stream has drained."""

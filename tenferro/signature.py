@@ -107,11 +107,12 @@ def kernels_html(title: str, signatures: dict[str, Signature]) -> str:
 
     For notebooks (the ``_repr_html_`` of modules and compile results).
     """
+    named = sorted(((display_name(entry), sig) for entry, sig in signatures.items()),
+                   key=lambda named_sig: named_sig[0])  # overloads share a name
     rows = "".join(
-        f"<tr><td><code>{html.escape(display_name(entry))}</code></td><td><code>"
+        f"<tr><td><code>{html.escape(name)}</code></td><td><code>"
         f"{html.escape(', '.join(p.declaration() for p in sig.params)) or '(none)'}"
-        f"</code></td></tr>"
-        for entry, sig in sorted(signatures.items(), key=lambda kv: display_name(kv[0])))
+        f"</code></td></tr>" for name, sig in named)
     return (f"<b>{html.escape(title)}</b><table><tr><th>kernel</th><th>parameters</th></tr>"
             f"{rows}</table>")
 

@@ -497,3 +497,11 @@ def test_a_source_without_kernels_compiles_to_no_signatures():
 def test_a_source_that_is_not_text_is_refused_naming_its_type():
     with pytest.raises(tf.ValidationError, match=r"^compile_cuda: source must be str, got bytes$"):
         tf.compile_cuda(SRC.encode())
+
+
+def test_overloads_share_a_name_in_the_table_and_keep_a_row_each():
+    r = tf.compile_cuda("__global__ void scale(float* y, float a) {}\n"
+                        "__global__ void scale(double* y, double a) {}\n", cache=False)
+    table = r._repr_html_()
+    assert table.count("<td><code>scale</code></td>") == 2
+    assert "<code>float* y, float a</code>" in table and "<code>double* y, double a</code>" in table
