@@ -505,3 +505,55 @@ def test_overloads_share_a_name_in_the_table_and_keep_a_row_each():
     table = r._repr_html_()
     assert table.count("<td><code>scale</code></td>") == 2
     assert "<code>float* y, float a</code>" in table and "<code>double* y, double a</code>" in table
+
+
+def _refusing_loader(result_name):
+    def module_load_data(image, op):
+        raise tf.BackendError(f"{op}: cuModuleLoadData failed: {result_name}", result_name, 222)
+    return module_load_data
+
+
+@pytest.mark.parametrize(("version_line", "said"), [(".version 9.1", "9.1"),
+                                                    ("  .version 10.12", "10.12"),
+                                                    ("// no version here", "unknown")])
+def test_ptx_newer_than_the_driver_names_both_versions_and_the_way_out(monkeypatch,
+                                                                       version_line, said):
+    from tenferro import module as module_part
+
+    monkeypatch.setattr(module_part._driver, "module_load_data",
+                        _refusing_loader("CUDA_ERROR_UNSUPPORTED_PTX_VERSION"))
+    monkeypatch.setattr(module_part._driver, "driver_version", lambda: 12080)
+    image = f"//\n{version_line}\n.target sm_90\n".encode() + b"\0"
+    with pytest.raises(tf.BackendError) as info:
+        module_part.Module(object(), image, "ptx", {}, op="session.load_ptx")
+    assert str(info.value) == (
+        f"session.load_ptx: the PTX is ISA version {said}, newer than this driver (CUDA 12.8) "
+        "can load; compile to CUBIN for the device (the default of s.compile) or lower the PTX "
+        ".version")
+    assert (info.value.result_name, info.value.result_code) == (
+        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", 222)
+
+
+@pytest.mark.parametrize(("kind", "result_name"), [
+    ("cubin", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),  # a CUBIN has no PTX version to name
+    ("ptx", "CUDA_ERROR_INVALID_IMAGE"),
+])
+def test_other_load_refusals_pass_through_as_the_driver_said(monkeypatch, kind, result_name):
+    from tenferro import module as module_part
+
+    monkeypatch.setattr(module_part._driver, "module_load_data", _refusing_loader(result_name))
+    with pytest.raises(tf.BackendError) as info:
+        module_part.Module(object(), b".version 9.1\n\0", kind, {}, op="session.load_ptx")
+    assert str(info.value) == f"session.load_ptx: cuModuleLoadData failed: {result_name}"
+
+
+def test_a_loaded_module_keeps_what_it_was_given(monkeypatch):
+    from tenferro import module as module_part
+
+    monkeypatch.setattr(module_part._driver, "module_load_data", lambda image, op: 0xBEEF)
+    session, sigs = object(), {"k": tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]}
+    m = module_part.Module(session, b"img", "cubin", sigs, compile_log="warning: x")
+    assert (m.session, m.handle, m.kind, m.signatures, m.lowered_names, m.compile_log) == (
+        session, 0xBEEF, "cubin", sigs, {}, "warning: x")
+    named = module_part.Module(session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"})
+    assert (named.lowered_names, named.compile_log) == ({"f<1>": "_Z1fILi1EEvv"}, "")
