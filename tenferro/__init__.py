@@ -13,7 +13,8 @@ from .errors import (
 from .events import Event
 from .launch import LaunchConfig
 from .module import CompiledCuda, Function, Module, cache_stats, compile_cuda
-from .session import Session, from_dlpack
+from .scope import from_dlpack
+from .session import Session
 from .spans import DeviceBytes, TensorMut, TensorRef
 from .tensor import Tensor
 

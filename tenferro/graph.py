@@ -53,7 +53,12 @@ class Graph:
         try:
             if s.ordering.pending:
                 s.ordering.flush(op)
+            timed = s.active_timeline
+            if timed is not None:
+                timed.before_launch(op)
             self._exec.launch(op)
+            if timed is not None:
+                timed.after_launch(f"graph of {self.node_count} node(s)", None, op)
             s.liveness.hold(self)  # the graph and its owners live until the stream passes
         except KernelFault as exc:
             raise s.fault_seen(exc) from None
@@ -88,6 +93,9 @@ class Capture:
         s.check_use(op)
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: a capture is already running on this session")
+        if s.active_timeline is not None:
+            raise RuntimeStateError(f"{op}: not inside s.timeline(); timing events are not "
+                                    "captured")
         if s.ordering.pending:  # spans made before the capture: their order is not captured
             try:
                 s.ordering.flush(op)

@@ -1,11 +1,14 @@
-"""What tenferro finds on this machine: versions, the driver, devices, the compile cache.
+"""What tenferro finds on this machine, and what a session is doing.
 
-`collect` gathers it as data and never raises: what it cannot find it says why (no driver, no
-NVRTC, a package not installed). `report` writes it as ``python -m tenferro info`` prints it.
+`collect` gathers versions, the driver, devices and the compile cache as data and never raises:
+what it cannot find it says why (no driver, no NVRTC, a package not installed). `report` writes
+it as ``python -m tenferro info`` prints it. `session_facts` describes a session for its repr
+and its notebook display, from any thread, without waiting for the GPU.
 """
 
 from __future__ import annotations
 
+import html
 import platform
 from importlib import metadata
 from typing import Any
@@ -13,8 +16,9 @@ from typing import Any
 from . import _driver
 from .errors import TenferroError
 from .module import cache_dir
+from .signature import display_name
 
-__all__ = ["collect", "report"]
+__all__ = ["collect", "report", "session_facts", "session_html", "session_repr"]
 
 _PACKAGES = ("tenferro", "numba", "numba-cuda", "cuda-bindings", "cuda-core", "numpy")
 
@@ -87,3 +91,65 @@ def report(facts: dict[str, Any] | None = None) -> str:
     c = f["cache"]
     lines.append(f"compile cache: {c['path']}, {c['entries']} entries, {_size(c['bytes'])}")
     return "\n".join(lines)
+
+
+def session_facts(s: Any) -> dict[str, Any]:
+    """A session's state, device, stream, memory and last launches, as plain values.
+
+    Never raises and never waits: a fact the driver does not give (no device, a faulted
+    context) is left out. ``memory`` is tenferro's pool on the device while the session is open.
+    """
+    if s.is_open:
+        state = "faulted" if s.faulted else "open"
+    else:
+        state = "closed" if s.thread is not None else "not entered"
+    try:
+        last = [display_name(n) for n in s.recent_launches]
+    except RuntimeError:  # appended to by the session's thread while this one read it
+        last = []
+    out: dict[str, Any] = {"device": s.device, "state": state, "last_launches": last}
+    try:
+        name, (major, minor), _ = _driver.device_summary(s.device)
+        out["name"], out["arch"] = name, f"sm_{major}{minor}"
+    except Exception:  # no driver or no such device: the ordinal is all there is to say
+        pass
+    if s.is_open:
+        out["stream"] = s.stream
+        try:
+            out["memory"] = s.context.pool_stats()
+        except Exception:  # a faulted context refuses; the rest still describes the session
+            pass
+    return out
+
+
+def _memory(stats: dict[str, int]) -> str:
+    return f"{_size(stats['used_bytes'])} used of {_size(stats['reserved_bytes'])} reserved"
+
+
+def session_repr(s: Any) -> str:
+    """``Session(device=0 'NVIDIA H200' sm_90, open, stream 0x..., memory ..., last: ...)``."""
+    f = session_facts(s)
+    parts = [f"device={f['device']}" + (f" {f['name']!r} {f['arch']}" if "name" in f else ""),
+             f["state"]]
+    if "stream" in f:
+        parts.append(f"stream 0x{f['stream']:x}")
+    if "memory" in f:
+        parts.append(_memory(f["memory"]))
+    if f["last_launches"]:
+        parts.append("last launches: " + ", ".join(f["last_launches"]))
+    return f"Session({', '.join(parts)})"
+
+
+def session_html(s: Any) -> str:
+    """The session as a small table, for notebooks."""
+    f = session_facts(s)
+    rows = [("device", f"{f['device']}" + (f": {f['name']} ({f['arch']})" if "name" in f else "")),
+            ("state", f["state"])]
+    if "stream" in f:
+        rows.append(("stream", f"0x{f['stream']:x}"))
+    if "memory" in f:
+        rows.append(("memory", _memory(f["memory"])))
+    rows.append(("last launches", ", ".join(f["last_launches"]) or "none yet"))
+    cells = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>"
+                    for k, v in rows)
+    return f"<b>tenferro Session</b><table>{cells}</table>"

@@ -160,9 +160,14 @@ def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
     spans = param_block.pack(args, s, op)
     if s.ordering.pending:
         s.ordering.flush(op)
+    timed = s.active_timeline  # set only inside s.timeline(), which keeps launches here
+    if timed is not None:
+        timed.before_launch(op)
     err = s.launcher(fn.record_address)
     if err:
         _driver.raise_launch_error(err, op)
+    if timed is not None:
+        timed.after_launch(fn.name, config, op)
     live = s.liveness
     if replaced and replaced is not spans:
         live.hold(replaced)
@@ -235,9 +240,14 @@ class BoundLaunch:
         s.check_use("bound_launch")
         if s.ordering.pending:
             s.ordering.flush("bound_launch")
+        timed = s.active_timeline
+        if timed is not None:
+            timed.before_launch("bound_launch")
         err = self._launch(self._record_address)
         if err:
             _driver.raise_launch_error(err, "bound_launch")
+        if timed is not None:
+            timed.after_launch(self._name, self.config, "bound_launch")
         s.recent_launches.append(self._name)
         s.liveness.hold(self)  # always: during a capture the graph takes its owners from them
 

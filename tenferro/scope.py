@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import atexit
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import RuntimeStateError
+from .errors import RuntimeStateError, ValidationError
 
-__all__ = ["close_session", "entered", "innermost", "left", "open_session"]
+if TYPE_CHECKING:
+    from .session import Session
+    from .spans import TensorMut, TensorRef
+
+__all__ = ["close_session", "entered", "from_dlpack", "innermost", "left", "open_session"]
 
 _local = threading.local()  # .stack: this thread's open sessions, innermost last
 _opened: dict[tuple[int, int], Any] = {}  # (thread, device) -> the session open_session made
@@ -92,3 +96,20 @@ def _close_at_exit() -> None:
             close_session(s)
         except Exception:  # another thread's, or a faulted device: the process ends anyway
             pass
+
+
+def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,
+                dtype: Any = None, allow_strided: bool = False) -> TensorRef | TensorMut:
+    """`Session.from_dlpack` of ``session``, by default this thread's innermost open session."""
+    from .session import Session  # here, not above: the session module imports this one
+
+    op = "tenferro.from_dlpack"
+    if session is None:
+        session = innermost()
+        if session is None:
+            raise RuntimeStateError(f"{op}: no tf.Session is open on this thread; call it inside "
+                                    "`with tf.Session(...)` or pass session=")
+    elif not isinstance(session, Session):
+        raise ValidationError(f"{op}: session must be a tf.Session, got "
+                              f"{type(session).__name__}")
+    return session.from_dlpack(x, writable=writable, dtype=dtype, allow_strided=allow_strided)

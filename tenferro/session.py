@@ -13,8 +13,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import _driver, _liveness, events, graph, module, numba_kernels, resources, scope
+from . import _driver, _liveness, events, graph, info, module, numba_kernels, resources, scope
 from . import tensor as tensor_ops
+from . import timeline as timeline_part
 from ._liveness import Liveness
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .interop import imports, stream_value
@@ -23,9 +24,8 @@ from .launch import BoundLaunch, LaunchConfig, launch_checked, launchable
 from .module import Function, Module
 from .numba_kernels import NumbaKernel
 from .resources import ResourceCache
-from .spans import TensorMut, TensorRef
 
-__all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session", "from_dlpack"]
+__all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -75,6 +75,7 @@ class Session:
         self.fast_path_ok = False  # open, not faulted, not capturing: the launch fast path may run
         self.resources = ResourceCache()
         self.ordering = StreamOrdering(0, 0)  # producers to wait for; bound to the stream on entry
+        self.active_timeline: timeline_part.Timeline | None = None  # inside s.timeline() only
 
     # --- scope ---------------------------------------------------------------------------
 
@@ -170,8 +171,9 @@ class Session:
                               launches=tuple(self.recent_launches))
 
     def refresh_fast_path(self) -> None:
-        """Let `launch` take its fast path only while open, not faulted and not capturing."""
-        self.fast_path_ok = self._open and not self.faulted and not self.liveness.capturing
+        """Let `launch` take its fast path only while open, not faulted, capturing or timing."""
+        self.fast_path_ok = self._open and not self.faulted and not self.liveness.capturing \
+            and self.active_timeline is None
 
     def fault_seen(self, exc: KernelFault) -> KernelFault:
         """Record a kernel fault that a driver call of this session reported; what to raise.
@@ -212,6 +214,9 @@ class Session:
     wait = _reports_faults(events.wait_event)
     resource = _reports_faults(resources.resource)
     capture = graph.capture
+    timeline = timeline_part.timeline
+    __repr__ = info.session_repr
+    _repr_html_ = info.session_html
 
     def add_module(self, module: Module) -> Module:
         """Keep ``module`` loaded until the session ends (the loaders in `module` call this)."""
@@ -281,17 +286,3 @@ class Session:
         self.liveness.release_all()
         self.launcher = _driver.launcher()  # the @njit one, once it is built
 
-
-def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,
-                dtype: Any = None, allow_strided: bool = False) -> TensorRef | TensorMut:
-    """`Session.from_dlpack` of ``session``, by default this thread's innermost open session."""
-    op = "tenferro.from_dlpack"
-    if session is None:
-        session = scope.innermost()
-        if session is None:
-            raise RuntimeStateError(f"{op}: no tf.Session is open on this thread; call it inside "
-                                    "`with tf.Session(...)` or pass session=")
-    elif not isinstance(session, Session):
-        raise ValidationError(f"{op}: session must be a tf.Session, got "
-                              f"{type(session).__name__}")
-    return session.from_dlpack(x, writable=writable, dtype=dtype, allow_strided=allow_strided)

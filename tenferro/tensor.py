@@ -149,9 +149,24 @@ class Tensor:
         """Copy to a new numpy array (``s.download(self)``); waits for the session's stream."""
         return self.session.download(self)
 
+    def preview(self, edgeitems: int = 3) -> str:
+        """The values as numpy prints them, the first and last ``edgeitems`` of each dimension.
+
+        Copies the Tensor back, so it waits for the session's stream: a repr never does.
+        """
+        if not isinstance(edgeitems, int) or isinstance(edgeitems, bool) or edgeitems < 1:
+            raise ValidationError(f"tensor.preview: {edgeitems=} must be an int >= 1")
+        values = self.session.download(self)
+        return np.array2string(values, threshold=2 * edgeitems, edgeitems=edgeitems)
+
     def __repr__(self) -> str:
         return (f"Tensor(shape={self.shape}, dtype={self.scalar_type.name}, "
                 f"device={self.device}, ptr=0x{self.ptr:x})")
+
+    def _repr_html_(self) -> str:
+        return (f"<b>tenferro Tensor</b> shape {self.shape}, {self.scalar_type.name}, device "
+                f"{self.device}, {self.nbytes} bytes <small>(values: <code>t.preview()</code>, "
+                f"which waits for the stream)</small>")
 
 
 # --- memory operations, which the session delegates to ---------------------------------

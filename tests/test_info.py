@@ -95,3 +95,98 @@ def test_the_report_names_the_sessions_device(session):
     major, minor = session.context.compute_capability
     assert d["name"] == session.context.name and d["arch"] == f"sm_{major}{minor}"
     assert d["memory_bytes"] > 0 and facts["driver"] is not None
+
+
+# --- a session's repr and notebook display, from its state, without a device ------------------
+
+class _Context:
+    def __init__(self, stats):
+        self.stats = stats
+
+    def pool_stats(self):
+        if self.stats is None:
+            raise _driver_fault()
+        return self.stats
+
+
+def _driver_fault():
+    from tenferro.errors import KernelFault
+    return KernelFault("cuMemPoolGetAttribute: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+
+def _session(open_=True, faulted=False, entered=True, stats=None, launches=()):
+    """A tf.Session object in a given state, made without a device."""
+    import tenferro as tf
+
+    s = tf.Session(device=1)
+    s.recent_launches.extend(launches)
+    s.faulted = faulted
+    if entered:
+        s.thread = 1
+    if open_:
+        s.stream, s.context = 0x5ABC, _Context(stats)
+        s.__dict__["is_open_for_test"] = True
+    return s
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Session.is_open as its state says, for sessions made by `_session`."""
+    import tenferro as tf
+
+    monkeypatch.setattr(tf.Session, "is_open",
+                        property(lambda s: s.__dict__.get("is_open_for_test", False)))
+
+
+def test_an_open_session_names_its_device_stream_memory_and_last_launches(monkeypatch, opened):
+    _fake_driver(monkeypatch, [None, ("NVIDIA H200", (9, 0), 150_754_820_096)])
+    s = _session(stats={"used_bytes": 3 << 20, "reserved_bytes": 32 << 20,
+                        "used_bytes_high": 0, "reserved_bytes_high": 0},
+                 launches=["axpy", "_ZN3ops8add_biasEPfPKfii"])
+    assert repr(s) == ("Session(device=1 'NVIDIA H200' sm_90, open, stream 0x5abc, 3.0 MiB used "
+                       "of 32.0 MiB reserved, last launches: axpy, ops::add_bias)")
+    page = s._repr_html_()
+    for cell in ("<td>1: NVIDIA H200 (sm_90)</td>", "<td>open</td>", "<td>0x5abc</td>",
+                 "<td>3.0 MiB used of 32.0 MiB reserved</td>", "<td>axpy, ops::add_bias</td>"):
+        assert cell in page
+
+
+def test_a_session_says_what_state_it_is_in_and_leaves_out_what_the_driver_refuses(
+        monkeypatch, opened):
+    def no_device(i):
+        raise RuntimeStateError("device_summary: no CUDA driver on this machine")
+
+    monkeypatch.setattr(_driver, "device_summary", no_device)
+    assert repr(_session(open_=False, entered=False)) == "Session(device=1, not entered)"
+    assert repr(_session(open_=False)) == "Session(device=1, closed)"
+    faulted = _session(faulted=True, stats=None, launches=["k"])
+    assert repr(faulted) == "Session(device=1, faulted, stream 0x5abc, last launches: k)"
+    assert "<td>none yet</td>" in _session(open_=False)._repr_html_()
+    assert info.session_facts(faulted) == {"device": 1, "state": "faulted",
+                                           "last_launches": ["k"], "stream": 0x5ABC}
+
+
+def test_a_never_opened_session_reads_as_such_on_this_machine():
+    import tenferro as tf
+
+    assert repr(tf.Session(device=0)).startswith("Session(device=0")
+    assert repr(tf.Session(device=0)).endswith(", not entered)")
+
+
+@pytest.mark.gpu
+def test_a_real_session_reads_as_its_device_memory_and_launches(session):
+    import numpy as np
+
+    import tenferro as tf
+
+    name, (major, minor), _ = _driver.device_summary(session.device)
+    y = session.upload(np.linspace(-1.0, 1.0, 4096, dtype=np.float32))
+    fill = session.compile('extern "C" __global__ void twice(float* y, unsigned n) '
+                           '{ unsigned i = threadIdx.x; if (i < n) y[i] *= 2.0f; }')
+    session.launch(fill.function("twice"), tf.LaunchConfig(1, 256),
+                   [session.tensor_mut(y), tf.u32(256)])
+    text = repr(session)
+    assert text.startswith(f"Session(device={session.device} {name!r} sm_{major}{minor}, open, "
+                           f"stream 0x{session.stream_handle:x}, ")
+    assert " MiB used of " in text and text.endswith("last launches: twice)")
+    assert info.session_facts(session)["memory"]["used_bytes"] >= 4096 * 4

@@ -158,3 +158,62 @@ def test_large_allocations_fence_so_dropped_owners_go_before_a_synchronize(sessi
     keep = [session.alloc_output((n,), np.float32) for _ in range(2)]  # crosses the budget
     assert refs[0]() is None, "an owner the GPU has passed must go at the next byte fence"
     del keep
+
+
+class _Downloads:
+    """What Tensor.preview uses of a session: download."""
+
+    def __init__(self, values):
+        self.values, self.asked = values, []
+
+    def download(self, x):
+        self.asked.append(x)
+        return self.values
+
+
+def _tensor(values, name="f32"):
+    from tenferro import dtypes
+
+    t = object.__new__(tf.Tensor)
+    t.ptr, t.device, t.shape = 0, 0, values.shape  # ptr 0: nothing for __del__ to free
+    t.scalar_type = dtypes.by_name(name)
+    t.nbytes = values.nbytes
+    t.session = _Downloads(values)
+    return t
+
+
+def test_preview_shows_the_edges_of_each_dimension_from_a_download():
+    values = np.arange(100.0, dtype=np.float32).reshape(10, 10) + 0.5
+    t = _tensor(values)
+    text = t.preview(edgeitems=2)
+    assert t.session.asked == [t]
+    assert text == np.array2string(values, threshold=4, edgeitems=2)
+    assert "..." in text and "0.5" in text and "99.5" in text and "55.5" not in text
+    small = _tensor(np.array([1.25, -2.5, 3.0, 4.0, 5.5, 6.0], dtype=np.float32))
+    assert small.preview() == "[ 1.25 -2.5   3.    4.    5.5   6.  ]"  # 6 = 2 x 3: all shown
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 1.5])
+def test_preview_refuses_edgeitems_below_one_without_a_download(bad):
+    t = _tensor(np.ones(4, np.float32))
+    with pytest.raises(tf.ValidationError,
+                       match=rf"^tensor\.preview: edgeitems={bad!r} must be an int >= 1$"):
+        t.preview(edgeitems=bad)
+    assert t.session.asked == []
+    assert t.preview(edgeitems=1) == "[1. ... 1.]"  # the smallest accepted
+
+
+def test_a_tensor_says_what_it_is_and_how_to_see_its_values_without_reading_them():
+    t = _tensor(np.ones((4, 3), np.float32))
+    assert repr(t) == "Tensor(shape=(4, 3), dtype=f32, device=0, ptr=0x0)"
+    assert t._repr_html_().startswith("<b>tenferro Tensor</b> shape (4, 3), f32, device 0, "
+                                      "48 bytes")
+    assert t.session.asked == []
+
+
+@pytest.mark.gpu
+def test_preview_of_a_device_tensor_is_its_values_as_numpy_prints_them(session, rng):
+    host = rng.standard_normal((7, 9))
+    t = session.upload(host)
+    assert t.preview() == np.array2string(host, threshold=6, edgeitems=3)
+    assert "Tensor(shape=(7, 9), dtype=f64" in repr(t)
