@@ -56,6 +56,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "module_get_function",
     "module_load_data",
     "module_unload",
+    "occupancy_blocks",
     "nvrtc_compile",
     "nvrtc_version",
     "pointer_info",
@@ -515,6 +516,12 @@ def func_attribute(func: int, name: str) -> int:
     """A function attribute by its CU_FUNC_ATTRIBUTE_ suffix (``"MAX_THREADS_PER_BLOCK"``)."""
     attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
     return int(_check("cuFuncGetAttribute", _cu.cuFuncGetAttribute(attr, _cu.CUfunction(func))))
+
+
+def occupancy_blocks(func: int, threads: int, shared_mem_bytes: int, op: str) -> int:
+    """Blocks of ``threads`` threads that fit on one multiprocessor at once (the occupancy API)."""
+    return int(_check(op, _cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        _cu.CUfunction(func), threads, shared_mem_bytes)))
 
 
 def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:

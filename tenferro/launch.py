@@ -9,6 +9,7 @@ remembered for that function. A `BoundLaunch` does every check and the packing o
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import _driver
@@ -18,7 +19,8 @@ from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
 
-__all__ = ["BoundLaunch", "LaunchConfig", "check_against", "launch_checked", "launchable"]
+__all__ = ["BoundLaunch", "LaunchConfig", "check_against", "choose_config", "launch_checked",
+           "launchable"]
 
 _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
@@ -89,6 +91,22 @@ class LaunchConfig:
             raise ValidationError(f"LaunchConfig.flat: {block=} must be an int >= 1")
         return cls((threads + block - 1) // block, block, shared_mem_bytes)
 
+    @classmethod
+    def auto(cls, function: Function, n: int,
+             shared_mem_bytes: int | Callable[[int], int] = 0) -> LaunchConfig:
+        """A 1-D launch over ``n`` threads whose block size keeps the most threads resident.
+
+        The candidates are the kernel's thread limit and the whole warps below it; the largest
+        of those with the most resident threads a multiprocessor wins (`Function.occupancy`;
+        the choice cuOccupancyMaxPotentialBlockSize makes). ``shared_mem_bytes`` is the launch's dynamic
+        shared memory, or a function of the block size for kernels whose memory grows with it.
+        """
+        op = "LaunchConfig.auto"
+        if type(function) is not Function:  # a NumbaKernel has one a specialization
+            raise ValidationError(f"{op}: function must be a Function of a module, got "
+                                  f"{type(function).__name__}")
+        return choose_config(function, n, shared_mem_bytes, op)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LaunchConfig) and (self.grid, self.block, self.shared_mem_bytes) \
             == (other.grid, other.block, other.shared_mem_bytes)
@@ -120,6 +138,48 @@ def check_against(config: LaunchConfig, fn: Any, op: str) -> None:
                 f"{op}: shared_mem_bytes={dyn} exceeds what {fn.name!r} can have on this device "
                 f"({optin} bytes dynamic beside {fn.static_shared_bytes} static)")
         fn.raise_dynamic_shared(dyn)
+
+
+def choose_config(fn: Any, n: int, shared_mem_bytes: int | Callable[[int], int],
+                  op: str) -> LaunchConfig:
+    """`LaunchConfig.auto` for ``fn``: what `check_against` reads, and ``fn.occupancy``."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValidationError(f"{op}: {n=} must be an int >= 1")
+    if callable(shared_mem_bytes):
+        smem_for = shared_mem_bytes
+    elif isinstance(shared_mem_bytes, int) and not isinstance(shared_mem_bytes, bool) and \
+            shared_mem_bytes >= 0:
+        def smem_for(block: int) -> int:
+            return shared_mem_bytes
+    else:
+        raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int >= 0 or a function of "
+                              "the block size")
+    most_threads = fn.max_threads_per_block
+    most_shared = fn.device_shared_optin - fn.static_shared_bytes
+    best, best_resident, too_big = None, 0, None
+    for whole_warps in range(-(-most_threads // 32) * 32, 0, -32):  # as CUDA's own search
+        block = min(most_threads, whole_warps)
+        smem = smem_for(block)
+        if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
+            raise ValidationError(f"{op}: shared_mem_bytes({block}) returned {smem!r}; it must "
+                                  "be an int >= 0")
+        if smem > most_shared:
+            too_big = too_big or (block, smem)
+            continue
+        resident = fn.occupancy(block, smem).blocks_per_multiprocessor * block
+        if resident > best_resident:
+            best, best_resident = (block, smem), resident
+    if best is None:
+        detail = (f": shared_mem_bytes({too_big[0]}) = {too_big[1]} exceeds the {most_shared} "
+                  f"bytes it can have" if too_big else "")
+        raise ValidationError(f"{op}: no block size lets {display_name(fn.name)!r} run on this "
+                              f"device{detail}")
+    block, smem = best
+    grid = -(-n // block)
+    if grid > _MAX_GRID_X:
+        raise ValidationError(f"{op}: {n=} needs {grid} blocks of {block}; the grid holds at "
+                              f"most {_MAX_GRID_X}")
+    return LaunchConfig(grid, block, smem)
 
 
 _get_ident = threading.get_ident

@@ -32,7 +32,8 @@ from .signature import (
     with_c_types,
 )
 
-__all__ = ["CompiledCuda", "Function", "Module", "cache_stats", "compile_cuda"]
+__all__ = ["CompiledCuda", "Function", "KernelAttributes", "Module", "Occupancy", "cache_stats",
+           "compile_cuda"]
 
 _CACHE_FORMAT = 2  # 2: entries keep the C-type probes' names
 _stats_lock = threading.Lock()
@@ -356,6 +357,48 @@ class Module:
             _driver.module_unload(h)
 
 
+@dataclass(frozen=True)
+class KernelAttributes:
+    """What the driver says of a compiled kernel (`Function.attributes`); sizes in bytes.
+
+    ``ptx_version`` and ``binary_version`` are major * 10 + minor (90: sm_90).
+    """
+
+    registers: int  # per thread
+    local_bytes: int  # per thread (spills, local arrays)
+    static_shared_bytes: int
+    const_bytes: int
+    max_threads_per_block: int  # what its registers and __launch_bounds__ allow
+    ptx_version: int
+    binary_version: int
+
+
+_KERNEL_ATTRIBUTES = {"registers": "NUM_REGS", "local_bytes": "LOCAL_SIZE_BYTES",
+                      "static_shared_bytes": "SHARED_SIZE_BYTES",
+                      "const_bytes": "CONST_SIZE_BYTES",
+                      "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
+                      "ptx_version": "PTX_VERSION", "binary_version": "BINARY_VERSION"}
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """How many blocks of one launch shape a multiprocessor runs at once (`Function.occupancy`)."""
+
+    blocks_per_multiprocessor: int
+    threads_per_block: int
+    max_threads_per_multiprocessor: int
+
+    @property
+    def warps_per_multiprocessor(self) -> int:
+        """Resident warps: each block's threads rounded up to whole warps."""
+        return self.blocks_per_multiprocessor * -(-self.threads_per_block // 32)
+
+    @property
+    def fraction(self) -> float:
+        """Resident warps over the most a multiprocessor can hold (0 to 1)."""
+        return self.warps_per_multiprocessor / (self.max_threads_per_multiprocessor // 32)
+
+
 class Function:
     """One kernel of a loaded module, with its parameter list and launch limits.
 
@@ -417,6 +460,34 @@ class Function:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""
         _driver.func_set_max_dynamic_shared(self.handle, nbytes, "session.launch")
         self.dynamic_shared_limit = nbytes
+
+    @property
+    def attributes(self) -> KernelAttributes:
+        """Registers, local, shared and constant bytes, thread limit and versions (the driver's)."""
+        self.session.check_use("function.attributes")
+        return KernelAttributes(**{field_name: _driver.func_attribute(self.handle, attr)
+                                   for field_name, attr in _KERNEL_ATTRIBUTES.items()})
+
+    def occupancy(self, block: int | tuple[int, ...], shared_mem_bytes: int = 0) -> Occupancy:
+        """How many blocks of this shape and dynamic shared memory run at once on one SM.
+
+        Checked as a launch is (the kernel's thread limit, the device's shared memory), with
+        the same refusals; like a launch, asking for more than 48 KiB of shared memory opts
+        the kernel in to it.
+        """
+        from .launch import LaunchConfig, check_against  # launch sits above this module
+
+        op = "function.occupancy"
+        self.session.check_use(op)
+        try:
+            config = LaunchConfig(1, block, shared_mem_bytes)
+        except ValidationError as exc:
+            raise ValidationError(f"{op}: {str(exc).removeprefix('LaunchConfig: ')}") from None
+        check_against(config, self, op)
+        blocks = _driver.occupancy_blocks(self.handle, config.threads_per_block,
+                                          config.shared_mem_bytes, op)
+        return Occupancy(blocks, config.threads_per_block,
+                         self.session.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"))
 
     def __repr__(self) -> str:
         return f"Function({self.signature.declaration()})"

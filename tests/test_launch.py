@@ -431,3 +431,135 @@ def test_flat_defaults_and_configs_compare_by_value():
     assert c != tf.LaunchConfig.flat(1000, 128) and c != (c.grid, c.block, 0)
     assert len({c, tf.LaunchConfig.flat(1000), tf.LaunchConfig.flat(1000, shared_mem_bytes=4)}) \
         == 2
+
+
+# --- LaunchConfig.auto: the block size chosen from the occupancy, without a GPU ---------------
+
+class _Occupied(_Fn):
+    """A Function stand-in whose occupancy is a table: resident threads per block size."""
+
+    def __init__(self, blocks_at, **kw):
+        super().__init__(**kw)
+        self.blocks_at, self.asked = blocks_at, []
+
+    def occupancy(self, block, smem):
+        from tenferro.launch import check_against
+        check_against(tf.LaunchConfig(1, block, smem), self, "function.occupancy")
+        self.asked.append((block, smem))
+        return _Occ(self.blocks_at(block, smem))
+
+
+class _Occ:
+    def __init__(self, blocks):
+        self.blocks_per_multiprocessor = blocks
+
+
+def _choose(fn, n, smem=0):
+    from tenferro.launch import choose_config
+    return choose_config(fn, n, smem, "LaunchConfig.auto")
+
+
+def test_auto_takes_the_largest_block_of_those_with_the_most_resident_threads():
+    # 2048 threads a multiprocessor, registers allowing 2 blocks of up to 512 or 1 above.
+    fn = _Occupied(lambda b, m: 2048 // b if b <= 512 else 1, max_threads=1024)
+    c = _choose(fn, 10_000)
+    assert (c.grid, c.block, c.shared_mem_bytes) == ((20, 1, 1), (512, 1, 1), 0)
+    assert [b for b, _ in fn.asked] == list(range(1024, 0, -32))  # whole warps, largest first
+
+
+def test_auto_covers_n_with_the_fewest_blocks_on_both_sides_of_a_multiple():
+    fn = _Occupied(lambda b, m: 1, max_threads=256)
+    assert [_choose(fn, n).grid[0] for n in (1, 255, 256, 257, 512, 513)] == [1, 1, 1, 2, 2, 3]
+
+
+def test_auto_tries_the_kernels_thread_limit_then_the_whole_warps_below_it():
+    fn = _Occupied(lambda b, m: 1, max_threads=100)  # __launch_bounds__(100)
+    assert _choose(fn, 1000).block == (100, 1, 1)
+    assert [b for b, _ in fn.asked] == [100, 96, 64, 32]
+    fewer = _Occupied(lambda b, m: 2 if b == 96 else 1, max_threads=100)
+    assert _choose(fewer, 1000).block == (96, 1, 1)
+    tiny = _Occupied(lambda b, m: 1, max_threads=20)
+    assert _choose(tiny, 1000).block == (20, 1, 1) and tiny.asked == [(20, 0)]
+
+
+def test_auto_gives_each_block_size_its_own_shared_memory():
+    # 48 KiB of shared memory a multiprocessor, 32 bytes a thread: the memory, not the
+    # threads, decides (1024 threads: one block resident; 768: two; 512: three, fewer threads).
+    fn = _Occupied(lambda b, m: min(2048 // b, 49152 // m), max_threads=1024)
+    c = _choose(fn, 4096, lambda b: 32 * b)
+    assert all(m == 32 * b for b, m in fn.asked)
+    assert (c.block, c.shared_mem_bytes, c.grid) == ((768, 1, 1), 24576, (6, 1, 1))
+
+
+def test_auto_skips_block_sizes_whose_shared_memory_does_not_fit():
+    fn = _Occupied(lambda b, m: 1, max_threads=1024, static=1024, optin=48 * 1024)
+    most = 47 * 1024  # beside 1 KiB static
+    c = _choose(fn, 1 << 20, lambda b: most if b <= 512 else most + 1)
+    assert c.block == (512, 1, 1) and c.shared_mem_bytes == most  # the last that fits
+    assert fn.asked[0] == (512, most)
+
+
+def test_auto_refuses_when_no_block_size_fits_naming_the_first_that_did_not():
+    fn = _Occupied(lambda b, m: 1, max_threads=64, static=0, optin=4096)
+    with pytest.raises(tf.ValidationError,
+                       match=r"^LaunchConfig\.auto: no block size lets 'k' run on this device: "
+                             r"shared_mem_bytes\(64\) = 4097 exceeds the 4096 bytes it can have$"):
+        _choose(fn, 100, lambda b: 4097 if b == 64 else 8192)
+    assert fn.asked == [] and fn.raised == []
+    idle = _Occupied(lambda b, m: 0, max_threads=64)
+    with pytest.raises(tf.ValidationError,
+                       match=r"^LaunchConfig\.auto: no block size lets 'k' run on this device$"):
+        _choose(idle, 100)
+
+
+@pytest.mark.parametrize(("n", "smem", "msg"), [
+    (0, 0, r"n=0 must be an int >= 1"), (True, 0, r"n=True must be"), (1.0, 0, r"n=1\.0 must"),
+    (-5, 0, r"n=-5 must"),
+    (1, -1, r"shared_mem_bytes=-1 must be an int >= 0 or a function of the block size"),
+    (1, 1.5, r"shared_mem_bytes=1\.5 must be"), (1, True, r"shared_mem_bytes=True must be"),
+    (1, lambda b: -1, r"shared_mem_bytes\(64\) returned -1; it must be an int >= 0"),
+    (1, lambda b: 2.0, r"shared_mem_bytes\(64\) returned 2\.0"),
+    (1, lambda b: None, r"shared_mem_bytes\(64\) returned None"),
+    ((1 << 31) * 64, 0, r"n=137438953472 needs 2147483648 blocks of 64; the grid holds at most "
+                        r"2147483647"),
+])
+def test_auto_refusals_name_the_call_and_the_argument(n, smem, msg):
+    fn = _Occupied(lambda b, m: 1, max_threads=64)
+    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.auto: " + msg):
+        _choose(fn, n, smem)
+    assert fn.raised == []
+
+
+def test_auto_takes_the_most_blocks_the_grid_holds():
+    fn = _Occupied(lambda b, m: 1, max_threads=64)
+    assert _choose(fn, ((1 << 31) - 1) * 64).grid == ((1 << 31) - 1, 1, 1)
+
+
+def test_auto_is_refused_for_what_is_not_a_function_of_a_module():
+    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.auto: function must be a "
+                                                 r"Function of a module, got _Occupied$"):
+        tf.LaunchConfig.auto(_Occupied(lambda b, m: 1), 100)
+
+
+@pytest.mark.gpu
+def test_auto_picks_the_block_size_the_driver_would_and_computes(session, rng):
+    from cuda.bindings import driver as cu
+
+    axpy = session.compile(AXPY).function("axpy")
+    n = 1_000_003
+    cfg = tf.LaunchConfig.auto(axpy, n)
+    err, _, block = cu.cuOccupancyMaxPotentialBlockSize(cu.CUfunction(axpy.handle), None, 0, 0)
+    assert err == cu.CUresult.CUDA_SUCCESS and cfg.block == (block, 1, 1)
+    assert cfg.grid == (-(-n // block), 1, 1) and cfg.shared_mem_bytes == 0
+    x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1.5), tf.u32(n)])
+    np.testing.assert_allclose(session.download(y), y0 + 1.5 * x0.astype(np.float64),
+                               rtol=1e-6, atol=1e-6)
+    occupancy = axpy.occupancy(block)
+    assert occupancy.blocks_per_multiprocessor >= 1 and 0 < occupancy.fraction <= 1
+    attributes = axpy.attributes
+    major, minor = session.context.compute_capability
+    assert attributes.binary_version == major * 10 + minor and attributes.registers > 0
+    assert attributes.max_threads_per_block == axpy.max_threads_per_block <= 1024
+    assert attributes.static_shared_bytes == 0 and attributes.local_bytes == 0

@@ -557,3 +557,95 @@ def test_a_loaded_module_keeps_what_it_was_given(monkeypatch):
         session, 0xBEEF, "cubin", sigs, {}, "warning: x")
     named = module_part.Module(session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"})
     assert (named.lowered_names, named.compile_log) == ({"f<1>": "_Z1fILi1EEvv"}, "")
+
+
+# --- a Function's attributes and occupancy, through a stand-in driver --------------------------
+
+_FUNC_ATTRIBUTES = {"NUM_REGS": 40, "LOCAL_SIZE_BYTES": 16, "SHARED_SIZE_BYTES": 1024,
+                    "CONST_SIZE_BYTES": 8, "MAX_THREADS_PER_BLOCK": 768, "PTX_VERSION": 87,
+                    "BINARY_VERSION": 90}
+
+
+class _Context:
+    def attribute(self, name):
+        return {"MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
+                "MAX_THREADS_PER_MULTIPROCESSOR": 2048}[name]
+
+
+class _Session:
+    context = _Context()
+
+    def __init__(self):
+        self.used = []
+        self.liveness = self
+
+    def add_cache(self, cache):
+        pass
+
+    def check_use(self, op):
+        self.used.append(op)
+
+
+@pytest.fixture
+def scale_fn(monkeypatch):
+    """The Function of SRC's `scale` in a stand-in session, and what the driver was asked."""
+    from tenferro import module as module_part
+
+    asked = []
+    d = module_part._driver
+    monkeypatch.setattr(d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name])
+    monkeypatch.setattr(d, "occupancy_blocks",
+                        lambda handle, threads, smem, op: asked.append((handle, threads, smem,
+                                                                        op)) or 3)
+    monkeypatch.setattr(d, "func_set_max_dynamic_shared",
+                        lambda handle, n, op: asked.append(("raise", n, op)))
+    mod = type("M", (), {"session": _Session()})()
+    fn = module_part.Function(mod, "scale", 0x77,
+                              tf.compile_cuda(SRC, arch="sm_90").signatures["scale"])
+    return fn, asked
+
+
+def test_a_functions_attributes_are_the_drivers(scale_fn):
+    scale_fn, _ = scale_fn
+    a = scale_fn.attributes
+    assert a == tf.module.KernelAttributes(registers=40, local_bytes=16, static_shared_bytes=1024,
+                                           const_bytes=8, max_threads_per_block=768,
+                                           ptx_version=87, binary_version=90)
+    assert scale_fn.session.used == ["function.attributes"]
+
+
+@pytest.mark.parametrize(("block", "threads", "warps"), [
+    (256, 256, 24), ((16, 16), 256, 24), (100, 100, 12), (768, 768, 72), (1, 1, 3)])
+def test_occupancy_asks_the_driver_for_the_blocks_threads(scale_fn, block, threads, warps):
+    scale_fn, asked = scale_fn
+    occ = scale_fn.occupancy(block)
+    assert asked == [(0x77, threads, 0, "function.occupancy")]
+    assert (occ.blocks_per_multiprocessor, occ.threads_per_block,
+            occ.max_threads_per_multiprocessor) == (3, threads, 2048)
+    assert (occ.warps_per_multiprocessor, occ.fraction) == (warps, warps / 64)
+    assert scale_fn.session.used == ["function.occupancy"]
+
+
+def test_occupancy_with_shared_memory_opts_in_as_a_launch_does(scale_fn):
+    scale_fn, asked = scale_fn
+    most = 227 * 1024 - 1024  # beside the 1 KiB static
+    scale_fn.occupancy(32, 48 * 1024 - 1024)  # within the default: nothing raised
+    scale_fn.occupancy(32, most)
+    assert asked == [(0x77, 32, 48 * 1024 - 1024, "function.occupancy"),
+                              ("raise", most, "session.launch"),
+                              (0x77, 32, most, "function.occupancy")]
+
+
+@pytest.mark.parametrize(("block", "smem", "msg"), [
+    (769, 0, r"block=\(769, 1, 1\) has 769 threads but 'scale' allows at most 768"),
+    (0, 0, r"block=0: every dimension must be >= 1"),
+    ((1, 1, 65), 0, r"block=\(1, 1, 65\) exceeds the per-dimension limit"),
+    (32, 227 * 1024 - 1023, r"shared_mem_bytes=231425 exceeds what 'scale' can have on this "
+                            r"device \(231424 bytes dynamic beside 1024 static\)"),
+    (32, -1, r"shared_mem_bytes=-1 must be an int from 0"),
+])
+def test_occupancy_refusals_are_a_launchs_and_ask_the_driver_nothing(scale_fn, block, smem, msg):
+    scale_fn, asked = scale_fn
+    with pytest.raises(tf.ValidationError, match=r"^function\.occupancy: " + msg):
+        scale_fn.occupancy(block, smem)
+    assert asked == [] and scale_fn.dynamic_shared_limit == 48 * 1024 - 1024
