@@ -54,11 +54,12 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "memset_d8_async",
     "module_function_names",
     "module_get_function",
+    "module_get_global",
     "module_load_data",
     "module_unload",
-    "occupancy_blocks",
     "nvrtc_compile",
     "nvrtc_version",
+    "occupancy_blocks",
     "pointer_info",
     "raise_launch_error",
     "set_current",
@@ -486,6 +487,12 @@ def module_load_data(image: bytes, op: str) -> int:
 def module_unload(module: int) -> None:
     """Unload a module."""
     _check("cuModuleUnload", _cu.cuModuleUnload(_cu.CUmodule(module)))
+
+
+def module_get_global(module: int, name: str, op: str) -> tuple[int, int]:
+    """The address and size of the module's variable ``name`` (CUDA_ERROR_NOT_FOUND if none)."""
+    ptr, nbytes = _check(op, _cu.cuModuleGetGlobal(_cu.CUmodule(module), name.encode()))
+    return int(ptr), int(nbytes)
 
 
 def module_get_function(module: int, name: str) -> int | None:

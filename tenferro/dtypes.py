@@ -131,6 +131,11 @@ def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:
     return t
 
 
+def as_scalar_type(dtype: Any, op: str = "dtype") -> ScalarType:
+    """``dtype`` as a scalar type: a `ScalarType` as it is, else `from_numpy`'s."""
+    return dtype if isinstance(dtype, ScalarType) else from_numpy(dtype, op)
+
+
 def from_dlpack(code: int, bits: int, lanes: int, op: str = "dlpack") -> ScalarType:
     """The scalar type of a DLPack ``DLDataType``; vector lanes are refused."""
     if lanes != 1:

@@ -98,8 +98,9 @@ class LaunchConfig:
 
         The candidates are the kernel's thread limit and the whole warps below it; the largest
         of those with the most resident threads a multiprocessor wins (`Function.occupancy`;
-        the choice cuOccupancyMaxPotentialBlockSize makes). ``shared_mem_bytes`` is the launch's dynamic
-        shared memory, or a function of the block size for kernels whose memory grows with it.
+        the choice cuOccupancyMaxPotentialBlockSize makes). ``shared_mem_bytes`` is the
+        launch's dynamic shared memory, or a function of the block size for kernels whose
+        memory grows with it.
         """
         op = "LaunchConfig.auto"
         if type(function) is not Function:  # a NumbaKernel has one a specialization

@@ -3,7 +3,7 @@
 A C++ kernel's entry name (``_Z4axpyPfPKffj``) carries its qualified name and the type of
 every parameter; NVRTC's lowered name expressions give the same for templates. `demangle`
 reads the part of the grammar kernel names use: nested and template names, builtin types,
-pointers, const and volatile, class types, template parameters, literals among template
+pointers, const and volatile, class types, arrays, template parameters, literals among template
 arguments, and substitutions. Anything else is a `ValueError` (callers keep what PTX says).
 """
 
@@ -26,10 +26,13 @@ _BUILTIN_D = {"Dh": "half", "Di": "char32_t", "Ds": "char16_t", "Du": "char8_t",
 
 @dataclass(frozen=True)
 class CType:
-    """One C type: ``kind`` is builtin, class, pointer, const, volatile, function or value."""
+    """One C type of a mangled name; ``kind`` names what it is.
+
+    builtin, class, pointer, const, volatile, function, array (``name`` its extent) or value.
+    """
 
     kind: str
-    name: str = ""  # builtin or class name (qualified), or a template argument's value
+    name: str = ""  # builtin or class name (qualified), a template argument's value, an extent
     inner: CType | None = None  # what a pointer points to, or what const/volatile qualifies
     args: tuple[CType, ...] = ()  # a class template's arguments, a function's parameters
 
@@ -46,6 +49,11 @@ class CType:
             return f"{self.kind} {inner.spell()}"
         if self.kind == "function":
             return f"{self.name}({', '.join(a.spell() for a in self.args)})"
+        if self.kind == "array":  # float[4][8]: the element, then each extent
+            extents, t = "", self
+            while t.kind == "array" and t.inner is not None:
+                extents, t = f"{extents}[{t.name}]", t.inner
+            return f"{t.spell()}{extents}"
         if self.args:
             return f"{self.name}<{', '.join(a.spell() for a in self.args)}>"
         return self.name
@@ -201,6 +209,8 @@ class _Reader:
 
     def type(self) -> CType:
         c = self.peek()
+        if not c:
+            raise self.fail("a type was cut off")
         if c in _BUILTIN:
             self.i += 1
             return CType("builtin", _BUILTIN[c])
@@ -250,6 +260,14 @@ class _Reader:
             self.i += 1
             name, _ = self.nested(is_type=True)
             return CType("class", name)
+        if c == "A":  # an array of a known extent: A <extent> _ <element>
+            self.i += 1
+            extent = self.number()
+            if not self.take("_"):
+                raise self.fail("an array extent without its '_'")
+            t = CType("array", str(extent), inner=self.type())
+            self.subs.append(t)
+            return t
         if c == "F":
             self.i += 1
             self.take("Y")

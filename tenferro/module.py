@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
+from . import variables as variables_part
 from .entries import find_entry
 from .errors import BackendError, CompileError, ValidationError
 from .signature import (
@@ -31,11 +32,12 @@ from .signature import (
     refine_with_source,
     with_c_types,
 )
+from .variables import Variable
 
 __all__ = ["CompiledCuda", "Function", "KernelAttributes", "Module", "Occupancy", "cache_stats",
            "compile_cuda"]
 
-_CACHE_FORMAT = 2  # 2: entries keep the C-type probes' names
+_CACHE_FORMAT = 3  # 2: entries keep the C-type probes' names; 3: the variables' too
 _stats_lock = threading.Lock()
 _stats = {"hits": 0, "misses": 0}
 
@@ -68,6 +70,7 @@ class CompiledCuda:
     lowered_names: dict[str, str] = field(default_factory=dict)
     signatures: dict[str, Signature] = field(default_factory=dict)
     from_cache: bool = False
+    variables: dict[str, Variable] = field(default_factory=dict)  # __device__, __constant__
 
     def _what(self) -> str:
         cached = ", from the cache" if self.from_cache else ""
@@ -75,7 +78,8 @@ class CompiledCuda:
 
     def __repr__(self) -> str:
         kernels = "; ".join(sig.declaration() for sig in self.signatures.values())
-        return f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels})"
+        return (f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
+                f"{variables_part.listed(self.variables)})")
 
     def _repr_html_(self) -> str:
         return kernels_html(f"CompiledCuda: {self._what()}", self.signatures)
@@ -171,10 +175,14 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
-    probes = _c_type_probes(source, name, [*base_opts, *opts], ptx.decode())
+    probe_opts = [*base_opts, *opts]
+    probes = _c_type_probes(source, name, probe_opts, ptx.decode())
+    variable_exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx.decode()))
+    variable_probes = _lowered_probes(source + variables_part.PROBE_SOURCE, name, probe_opts,
+                                      variable_exprs)
     entry = {"key": key, "ptx": ptx.decode(), "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
-             "probes": probes}
+             "probes": probes, "variable_probes": variable_probes}
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
@@ -196,25 +204,35 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str) -> dict
     entries = [e for e in _ENTRY_NAME.findall(ptx) if not e.startswith("_Z")]
     if not entries:
         return {}
-    exprs = [f"{_PROBE}<decltype(&{e})>" for e in entries]
+    return _lowered_probes(source + _PROBE_SOURCE, name, options,
+                           {e: f"{_PROBE}<decltype(&{e})>" for e in entries})
+
+
+def _lowered_probes(source: str, name: str, options: list[str],
+                    exprs: dict[str, str]) -> dict[str, str]:
+    """Each key's name expression, lowered by a compile of ``source``; {} if that fails."""
+    if not exprs:
+        return {}
     try:
         ok, _log, _ptx, _cubin, lowered = _driver.nvrtc_compile(
-            (source + _PROBE_SOURCE).encode(), name.encode(), [o.encode() for o in options],
-            [x.encode() for x in exprs], False)
+            source.encode(), name.encode(), [o.encode() for o in options],
+            [x.encode() for x in exprs.values()], False)
     except BackendError:
         return {}
     if not ok:
         return {}
-    return {e: lowered[x] for e, x in zip(entries, exprs, strict=True) if x in lowered}
+    return {k: lowered[x] for k, x in exprs.items() if x in lowered}
 
 
 def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
     sigs = with_c_types(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False),
                         entry.get("probes") or {})
     sigs = refine_with_source(sigs, source)  # names; the text's types where the compiler's lack
+    variables = variables_part.with_c_types(variables_part.ptx_variables(entry["ptx"]),
+                                            entry["variable_probes"])
     image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
     return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),
-                        sigs, from_cache)
+                        sigs, from_cache, variables)
 
 
 def _read_cache(path: Path, key: str) -> dict | None:
@@ -230,12 +248,12 @@ def _read_cache(path: Path, key: str) -> dict | None:
         return None  # missing or unreadable: compile again and overwrite
     if not isinstance(entry, dict) or entry.get("key") != key:
         return None
-    ptx, log, lowered, image, probes = (entry.get(k) for k in ("ptx", "log", "lowered",
-                                                                "image_hex", "probes"))
+    ptx, log, lowered, image, probes, variable_probes = (entry.get(k) for k in (
+        "ptx", "log", "lowered", "image_hex", "probes", "variable_probes"))
     if not (isinstance(ptx, str) and isinstance(log, str) and isinstance(image, str)
             and all(isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str)
                                                 for k, v in d.items())
-                    for d in (lowered, probes))):
+                    for d in (lowered, probes, variable_probes))):
         return None
     try:
         bytes.fromhex(image)
@@ -264,7 +282,8 @@ class Module:
     """A loaded PTX or CUBIN image in a session's context; unloaded when the session closes.
 
     ``signatures`` are the parameter lists tenferro knows (from PTX, refined by CUDA C source);
-    ``compile_log`` is NVRTC's log of a compile that succeeded (its warnings), or "".
+    ``variables`` its ``__device__`` and ``__constant__`` variables as far as known (none for a
+    CUBIN); ``compile_log`` is NVRTC's log of a compile that succeeded (its warnings), or "".
     """
 
     __slots__ = (
@@ -276,13 +295,16 @@ class Module:
         "lowered_names",
         "session",
         "signatures",
+        "variables",
     )
 
     def __init__(self, session: Any, image: bytes, kind: str,
                  signatures: dict[str, Signature], lowered_names: dict[str, str] | None = None,
-                 op: str = "session.load_module", compile_log: str = "") -> None:
+                 op: str = "session.load_module", compile_log: str = "",
+                 variables: dict[str, Variable] | None = None) -> None:
         self.session = session
         self.compile_log = compile_log
+        self.variables = variables or {}
         self.kind = kind
         self.signatures = signatures
         self.lowered_names = lowered_names or {}
@@ -303,6 +325,8 @@ class Module:
 
     def _names(self) -> list[str]:
         return sorted(set(self.signatures) | set(_driver.module_function_names(self.handle)))
+
+    variable = variables_part.module_variable  # module.variable(name, dtype=None): a span
 
     @property
     def function_names(self) -> list[str]:
@@ -345,7 +369,8 @@ class Module:
 
     def __repr__(self) -> str:
         kernels = "; ".join(self.signatures[e].declaration() for e in sorted(self.signatures))
-        return f"Module({self._what()}; {len(self.signatures)} kernel(s): {kernels})"
+        return (f"Module({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
+                f"{variables_part.listed(self.variables)})")
 
     def _repr_html_(self) -> str:
         return kernels_html(f"Module: {self._what()}", self.signatures)
@@ -518,7 +543,7 @@ def compile_module(s: Any, source: str, options: Any = None, name_expressions: A
                      name_expressions=name_expressions,
                      _driver_version=_driver.driver_version())
     return s.add_module(Module(s, r.image, "cubin", r.signatures, r.lowered_names, op,
-                               compile_log=r.log))
+                               compile_log=r.log, variables=r.variables))
 
 
 def load_ptx_module(s: Any, text: str | bytes) -> Module:
@@ -543,7 +568,8 @@ def load_ptx_module(s: Any, text: str | bytes) -> Module:
         raise ValidationError(f"{op}: text cannot be encoded at offset {exc.start}") from None
     sigs = parse_ptx(text, op)
     image = text.encode() + b"\0"
-    return s.add_module(Module(s, image, "ptx", sigs, None, op))
+    return s.add_module(Module(s, image, "ptx", sigs, None, op,
+                               variables=variables_part.ptx_variables(text)))
 
 
 def load_cubin_module(s: Any, image: bytes) -> Module:

@@ -86,7 +86,18 @@ def test_what_a_launch_check_reads_of_a_parameter():
 
 
 @pytest.mark.parametrize("bad", ["axpy", "_Z", "_Z3ab", "_Z2k1Pq", "_Z2k1S3_", "_Z4fillIf",
-                                 "_Z4fillIfEvT1_", "_ZN2ns"])
+                                 "_Z4fillIfEvT1_", "_ZN2ns", "_Z1kP", "_Z1kPK", "_Z1kA4_",
+                                 "_Z1kA4f", "_Z1kA_f"])
 def test_what_is_not_read_is_a_value_error_naming_the_name(bad):
     with pytest.raises(ValueError, match=rf"^cannot demangle '{bad}' at offset \d+: "):
         demangle(bad)
+
+
+@pytest.mark.parametrize(("mangled", "spelled"), [
+    ("_Z1fIPA256_fEvv", "float[256]"), ("_Z1fIPA4_A8_dEvv", "double[4][8]"),
+    ("_Z1fIPA3_KiEvv", "const int[3]"), ("_Z1fIPA2_N2ns1PEEvv", "ns::P[2]"),
+    ("_Z1fIPA1_6__halfEvv", "__half[1]"),
+])
+def test_arrays_read_as_their_element_and_extents(mangled, spelled):
+    pointee = demangle(mangled).template_args[0].pointee
+    assert pointee.kind == "array" and pointee.spell() == spelled

@@ -78,7 +78,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         raise ValidationError(f"{op}: x is read-only (its producer says so); use "
                               "s.tensor(x) to read it")
     if dtype is not None:
-        want = dtype if isinstance(dtype, dtypes.ScalarType) else dtypes.from_numpy(dtype, op)
+        want = dtypes.as_scalar_type(dtype, op)
         if want is not t:
             raise ValidationError(f"{op}: dtype={want.name} was asked but x is {t.name}")
     span = cls(ptr, shape, strides, t, s.device, owner, s, marked)
