@@ -23,6 +23,7 @@ from .interop.streams import StreamOrdering, open_stream
 from .launch import BoundLaunch, LaunchConfig, launch_checked, launchable
 from .module import Function, Module
 from .numba_kernels import NumbaKernel
+from .profiling import named_range
 from .resources import ResourceCache
 
 __all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session"]
@@ -215,6 +216,7 @@ class Session:
     resource = _reports_faults(resources.resource)
     capture = graph.capture
     timeline = timeline_part.timeline
+    range = named_range
     __repr__ = info.session_repr
     _repr_html_ = info.session_html
 
