@@ -141,7 +141,7 @@ def _session(ns: dict[str, Any], wanted: str | None) -> Session | None:
 
 
 def run_cell(shell: Any, line: str, cell: str) -> None:
-    """The ``%%cuda`` magic: compile ``cell``, bind the result, print its kernels."""
+    """The ``%%cuda`` magic: compile ``cell``, bind the result, print its kernels and variables."""
     try:
         spec = parse_line(line)
         s = _session(shell.user_ns, spec.session)
@@ -166,6 +166,11 @@ def run_cell(shell: Any, line: str, cell: str) -> None:
     print(f"{spec.name}: {len(sigs)} kernel(s), {where}")
     for entry in sorted(sigs):
         print(f"  {sigs[entry].declaration()}")
+    variables = sorted(result.variables.values(), key=lambda v: v.c_name)
+    if variables:
+        print(f"  and {len(variables)} variable(s):")
+        for v in variables:
+            print(f"  {v.declaration()}")
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -81,6 +81,15 @@ def test_without_a_session_the_cell_compiles_and_lists_its_kernels(shell, capsys
     assert "0f40400000" not in shell.user_ns["mod"].ptx
 
 
+def test_a_cell_with_variables_lists_them_after_its_kernels(shell, capsys):
+    shell.run_cell_magic("cuda", "mod", "__constant__ float bias[2];\n__device__ int hits;\n"
+                         'extern "C" __global__ void k(float* y) { y[0] = bias[0] + hits; }')
+    assert capsys.readouterr().out.splitlines() == [
+        "mod: 1 kernel(s), compiled for sm_90; no open session to load it into",
+        "  k(float* y)", "  and 2 variable(s):", "  __constant__ float bias[2]",
+        "  __device__ int hits"]
+
+
 def test_a_compile_error_shows_the_log_with_the_cells_lines_and_no_traceback(shell, capsys):
     cell = 'extern "C" __global__ void k(float* y) {\n    y[0] = undefined_name;\n}\n'
     result = shell.run_cell(f"%%cuda broken\n{cell}")
