@@ -128,7 +128,10 @@ def _memory(stats: dict[str, int]) -> str:
 
 def session_repr(s: Any) -> str:
     """``Session(device=0 'NVIDIA H200' sm_90, open, stream 0x..., memory ..., last: ...)``."""
-    f = session_facts(s)
+    try:
+        f = session_facts(s)
+    except AttributeError:  # a Session whose __init__ refused its arguments
+        return "Session(not made)"
     parts = [f"device={f['device']}" + (f" {f['name']!r} {f['arch']}" if "name" in f else ""),
              f["state"]]
     if "stream" in f:
@@ -142,7 +145,10 @@ def session_repr(s: Any) -> str:
 
 def session_html(s: Any) -> str:
     """The session as a small table, for notebooks."""
-    f = session_facts(s)
+    try:
+        f = session_facts(s)
+    except AttributeError:
+        return "<b>tenferro Session</b> (not made)"
     rows = [("device", f"{f['device']}" + (f": {f['name']} ({f['arch']})" if "name" in f else "")),
             ("state", f["state"])]
     if "stream" in f:

@@ -190,3 +190,11 @@ def test_a_real_session_reads_as_its_device_memory_and_launches(session):
                            f"stream 0x{session.stream_handle:x}, ")
     assert " MiB used of " in text and text.endswith("last launches: twice)")
     assert info.session_facts(session)["memory"]["used_bytes"] >= 4096 * 4
+
+
+def test_a_session_whose_arguments_were_refused_still_reads():
+    import tenferro as tf
+
+    half = object.__new__(tf.Session)  # what a traceback may show after __init__ refused
+    assert repr(half) == "Session(not made)"
+    assert half._repr_html_() == "<b>tenferro Session</b> (not made)"
