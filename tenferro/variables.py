@@ -187,6 +187,7 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
     s.check_use(op)
     if not isinstance(name, str):
         raise ValidationError(f"{op}: name must be a str, got {type(name).__name__}")
+    want = None if dtype is None else dtypes.as_scalar_type(dtype, op)
     declared = _find(module, name, op)
     entry = declared.name if declared is not None else name
     try:
@@ -199,17 +200,17 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
                               f"{have})") from None
     if declared is not None and declared.scalar_type is not None:
         t = declared.scalar_type
-        if dtype is not None and dtypes.as_scalar_type(dtype, op) is not t:
-            raise ValidationError(f"{op}: dtype={dtypes.as_scalar_type(dtype, op).name} was "
-                                  f"asked but {name!r} is {declared.c_type or t.name}")
+        if want is not None and want is not t:
+            raise ValidationError(f"{op}: dtype={want.name} was asked but {name!r} is "
+                                  f"{declared.c_type or t.name}")
         if nbytes != declared.nbytes:
             raise BackendError(f"{op}: the driver gives {name!r} {nbytes} bytes; its "
                                f"declaration {declared.declaration()} has {declared.nbytes}")
         return TensorMut(ptr, declared.shape, c_strides(declared.shape, t.itemsize), t,
                          s.device, module, s)
-    if dtype is None:
+    if want is None:
         return DeviceBytes(ptr, (nbytes,), (1,), dtypes.by_name("u8"), s.device, module, s)
-    t = dtypes.as_scalar_type(dtype, op)
+    t = want
     if nbytes % t.itemsize:
         raise ValidationError(f"{op}: {name!r} has {nbytes} bytes, not a whole number of "
                               f"{t.name} elements")

@@ -111,3 +111,12 @@ def test_an_integer_past_float64_is_named_by_its_length():
                                                      rf"{name}$"):
             dtypes.pack_scalar(dtypes.by_name(name), -(10**400), "op")
     assert dtypes.pack_scalar(dtypes.by_name("f64"), 10**308, "op") == struct.pack("<d", 1e308)
+
+
+def test_as_scalar_type_takes_a_scalar_type_as_it_is_and_names_the_caller_otherwise():
+    f32 = dtypes.by_name("f32")
+    assert dtypes.as_scalar_type(f32) is f32 and dtypes.as_scalar_type(np.float32) is f32
+    with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'nope' is not a dtype$"):
+        dtypes.as_scalar_type("nope", "module.variable")
+    with pytest.raises(tf.ValidationError, match=r"^dtype: dtype >i4 is not supported"):
+        dtypes.as_scalar_type(np.dtype(">i4"))

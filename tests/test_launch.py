@@ -472,6 +472,17 @@ def test_auto_covers_n_with_the_fewest_blocks_on_both_sides_of_a_multiple():
     assert [_choose(fn, n).grid[0] for n in (1, 255, 256, 257, 512, 513)] == [1, 1, 1, 2, 2, 3]
 
 
+def test_auto_takes_a_single_thread_block_where_that_is_all_a_kernel_allows():
+    fn = _Occupied(lambda b, m: 1, max_threads=1)
+    assert _choose(fn, 5).block == (1, 1, 1) and fn.asked == [(1, 0)]
+
+
+def test_auto_starts_from_the_whole_warps_that_hold_the_thread_limit():
+    fn = _Occupied(lambda b, m: 1, max_threads=33)  # one thread past a warp: two warps' worth
+    _choose(fn, 100)
+    assert [b for b, _ in fn.asked] == [33, 32]
+
+
 def test_auto_tries_the_kernels_thread_limit_then_the_whole_warps_below_it():
     fn = _Occupied(lambda b, m: 1, max_threads=100)  # __launch_bounds__(100)
     assert _choose(fn, 1000).block == (100, 1, 1)

@@ -507,31 +507,38 @@ def test_overloads_share_a_name_in_the_table_and_keep_a_row_each():
     assert "<code>float* y, float a</code>" in table and "<code>double* y, double a</code>" in table
 
 
-def _refusing_loader(result_name):
+def _refusing_loader(result_name, given=None):
     def module_load_data(image, op):
+        if given is not None:
+            given.append(image)
         raise tf.BackendError(f"{op}: cuModuleLoadData failed: {result_name}", result_name, 222)
     return module_load_data
 
 
-@pytest.mark.parametrize(("version_line", "said"), [(".version 9.1", "9.1"),
-                                                    ("  .version 10.12", "10.12"),
-                                                    ("// no version here", "unknown")])
-def test_ptx_newer_than_the_driver_names_both_versions_and_the_way_out(monkeypatch,
-                                                                       version_line, said):
+@pytest.mark.parametrize(("version_line", "said", "driver", "cuda"), [
+    (".version 9.1", "9.1", 12080, "12.8"), ("  .version 10.12", "10.12", 13000, "13.0"),
+    ("// no version here", "unknown", 12020, "12.2")])
+def test_ptx_newer_than_the_driver_names_both_versions_and_the_way_out(
+        monkeypatch, version_line, said, driver, cuda):
     from tenferro import module as module_part
 
+    given = []
     monkeypatch.setattr(module_part._driver, "module_load_data",
-                        _refusing_loader("CUDA_ERROR_UNSUPPORTED_PTX_VERSION"))
-    monkeypatch.setattr(module_part._driver, "driver_version", lambda: 12080)
-    image = f"//\n{version_line}\n.target sm_90\n".encode() + b"\0"
+                        _refusing_loader("CUDA_ERROR_UNSUPPORTED_PTX_VERSION", given))
+    monkeypatch.setattr(module_part._driver, "driver_version", lambda: driver)
+    # A byte that is not UTF-8 (in a comment) does not stop the version from being read.
+    image = f"// \xff\n{version_line}\n.target sm_90\n".encode("latin-1") + b"\0"
     with pytest.raises(tf.BackendError) as info:
         module_part.Module(object(), image, "ptx", {}, op="session.load_ptx")
+    assert given == [image]
     assert str(info.value) == (
-        f"session.load_ptx: the PTX is ISA version {said}, newer than this driver (CUDA 12.8) "
+        f"session.load_ptx: the PTX is ISA version {said}, newer than this driver (CUDA {cuda}) "
         "can load; compile to CUBIN for the device (the default of s.compile) or lower the PTX "
         ".version")
     assert (info.value.result_name, info.value.result_code) == (
         "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", 222)
+    with pytest.raises(tf.BackendError, match=r"^session\.load_module: the PTX is ISA"):
+        module_part.Module(object(), image, "ptx", {})  # the operation a caller names by default
 
 
 @pytest.mark.parametrize(("kind", "result_name"), [
@@ -553,10 +560,13 @@ def test_a_loaded_module_keeps_what_it_was_given(monkeypatch):
     monkeypatch.setattr(module_part._driver, "module_load_data", lambda image, op: 0xBEEF)
     session, sigs = object(), {"k": tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]}
     m = module_part.Module(session, b"img", "cubin", sigs, compile_log="warning: x")
-    assert (m.session, m.handle, m.kind, m.signatures, m.lowered_names, m.compile_log) == (
-        session, 0xBEEF, "cubin", sigs, {}, "warning: x")
-    named = module_part.Module(session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"})
+    assert (m.session, m.handle, m.kind, m.signatures, m.lowered_names, m.compile_log,
+            m.variables) == (session, 0xBEEF, "cubin", sigs, {}, "warning: x", {})
+    variables = {"t": object()}
+    named = module_part.Module(session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"},
+                               variables=variables)
     assert (named.lowered_names, named.compile_log) == ({"f<1>": "_Z1fILi1EEvv"}, "")
+    assert named.variables is variables
 
 
 # --- a Function's attributes and occupancy, through a stand-in driver --------------------------
@@ -576,11 +586,11 @@ class _Session:
     context = _Context()
 
     def __init__(self):
-        self.used = []
+        self.used, self.caches = [], []
         self.liveness = self
 
     def add_cache(self, cache):
-        pass
+        self.caches.append(cache)
 
     def check_use(self, op):
         self.used.append(op)
@@ -593,16 +603,56 @@ def scale_fn(monkeypatch):
 
     asked = []
     d = module_part._driver
-    monkeypatch.setattr(d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name])
+    monkeypatch.setattr(d, "func_attribute",
+                        lambda handle, name: _FUNC_ATTRIBUTES[name] if handle == 0x77 else -1)
     monkeypatch.setattr(d, "occupancy_blocks",
                         lambda handle, threads, smem, op: asked.append((handle, threads, smem,
                                                                         op)) or 3)
     monkeypatch.setattr(d, "func_set_max_dynamic_shared",
-                        lambda handle, n, op: asked.append(("raise", n, op)))
+                        lambda handle, n, op: asked.append(("raise", handle, n, op)))
     mod = type("M", (), {"session": _Session()})()
     fn = module_part.Function(mod, "scale", 0x77,
                               tf.compile_cuda(SRC, arch="sm_90").signatures["scale"])
     return fn, asked
+
+
+def test_a_function_starts_with_its_limits_and_no_config_checked(scale_fn):
+    from tenferro.args import ParamBlock
+
+    fn, _ = scale_fn
+    assert (fn.module.session, fn.name, fn.handle) == (fn.session, "scale", 0x77)
+    assert fn.signature.declaration() == "scale(float* y, float a, unsigned int n)"
+    assert type(fn.param_block) is ParamBlock and fn.session.caches == [fn.param_block]
+    assert (fn.max_threads_per_block, fn.static_shared_bytes, fn.dynamic_shared_limit,
+            fn.device_shared_optin) == (768, 1024, 48 * 1024 - 1024, 227 * 1024)
+    assert fn.checked_configs == set() and (fn.record, fn.record_address) == (None, 0)
+    assert fn.last_config is not None and not isinstance(fn.last_config, tf.LaunchConfig)
+
+
+def test_a_function_takes_a_parameter_block_it_is_given(monkeypatch):
+    from tenferro import module as module_part
+    from tenferro.args import ParamBlock
+
+    monkeypatch.setattr(module_part._driver, "func_attribute", lambda handle, name: 1)
+    sig = tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]
+    block = ParamBlock(sig)
+    mod = type("M", (), {"session": _Session()})()
+    assert module_part.Function(mod, "scale", 1, sig, block).param_block is block
+
+
+def test_a_module_finds_each_function_once(monkeypatch):
+    from tenferro import module as module_part
+
+    d = module_part._driver
+    looked_up = []
+    monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
+    monkeypatch.setattr(d, "module_get_function",
+                        lambda module, name: looked_up.append((module, name)) or 0x77)
+    monkeypatch.setattr(d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name])
+    m = module_part.Module(_Session(), b"img", "cubin",
+                           tf.compile_cuda(SRC, arch="sm_90").signatures)
+    fn = m.function("scale")
+    assert m.function("scale") is fn and looked_up == [(0xBEEF, "scale")]
 
 
 def test_a_functions_attributes_are_the_drivers(scale_fn):
@@ -631,8 +681,9 @@ def test_occupancy_with_shared_memory_opts_in_as_a_launch_does(scale_fn):
     most = 227 * 1024 - 1024  # beside the 1 KiB static
     scale_fn.occupancy(32, 48 * 1024 - 1024)  # within the default: nothing raised
     scale_fn.occupancy(32, most)
+    assert scale_fn.dynamic_shared_limit == most
     assert asked == [(0x77, 32, 48 * 1024 - 1024, "function.occupancy"),
-                              ("raise", most, "session.launch"),
+                              ("raise", 0x77, most, "session.launch"),
                               (0x77, 32, most, "function.occupancy")]
 
 
@@ -649,3 +700,10 @@ def test_occupancy_refusals_are_a_launchs_and_ask_the_driver_nothing(scale_fn, b
     with pytest.raises(tf.ValidationError, match=r"^function\.occupancy: " + msg):
         scale_fn.occupancy(block, smem)
     assert asked == [] and scale_fn.dynamic_shared_limit == 48 * 1024 - 1024
+
+
+def test_auto_chooses_for_a_function_with_no_shared_memory_by_default(scale_fn):
+    fn, asked = scale_fn  # the driver answers 3 blocks for any size: the largest block wins
+    config = tf.LaunchConfig.auto(fn, 10_000)
+    assert (config.grid, config.block, config.shared_mem_bytes) == ((14, 1, 1), (768, 1, 1), 0)
+    assert asked[0] == (0x77, 768, 0, "function.occupancy")

@@ -131,7 +131,7 @@ def test_only_names_the_end_of_the_source_can_reach_are_probed():
 # --- module.variable through a stand-in driver ------------------------------------------------
 
 class _Session:
-    device = 0
+    device = 3
 
     def __init__(self):
         self.used = []
@@ -190,6 +190,7 @@ def test_a_typed_variable_is_a_writable_span_of_its_elements(compiled_variables,
     assert (grid.shape, grid.strides, grid.dtype, grid.nbytes) == ((4, 8), (32, 4),
                                                                    np.float32, 128)
     assert grid.ptr == 0x10000 + 4096 * sorted(globals_at.sizes).index("grid2")
+    assert grid.device == 3
     assert m.variable("counter").shape == () and m.variable("big").dtype == np.int64
     assert globals_at.asked[0] == (0xAB, "grid2", "module.variable")
     assert m.session.used == ["module.variable"] * 3
@@ -212,6 +213,17 @@ def test_an_unqualified_name_that_two_namespaces_share_is_refused(compiled_varia
         _Module(compiled_variables).variable("flags")
     assert globals_at.asked == []
     assert _Module(compiled_variables).variable("anon").nbytes == 12  # the one there is
+
+
+def test_an_exact_name_wins_over_the_same_name_in_a_namespace(globals_at):
+    v = variables_part.ptx_variables(
+        ".global .align 4 .f32 flags;\n.global .align 4 .u32 _ZN2ns5flagsE;\n"
+        ".global .align 4 .u32 _ZN1a1b4deepE;\n")
+    globals_at.sizes = {"flags": 4, "_ZN2ns5flagsE": 4, "_ZN1a1b4deepE": 4}
+    m = _Module(v)
+    assert m.variable("flags").dtype == np.float32
+    assert m.variable("deep").dtype == np.uint32  # a::b::deep by its last name
+    assert [name for _, name, _ in globals_at.asked] == ["flags", "_ZN1a1b4deepE"]
 
 
 def test_a_missing_variable_lists_those_the_module_has(globals_at):
@@ -241,9 +253,14 @@ def test_dtype_agrees_with_a_typed_variable_or_is_refused(compiled_variables, gl
     m = _Module(compiled_variables)
     assert m.variable("table", dtype=np.float32).shape == (256,)
     assert m.variable("table", dtype=dtypes.by_name("f32")).shape == (256,)
-    with pytest.raises(tf.ValidationError, match=r"^module\.variable: dtype=f64 was asked but "
+    with pytest.raises(tf.ValidationError, match=r"^module\.variable: dtype=i32 was asked but "
                                                  r"'table' is float\[256\]$"):
-        m.variable("table", dtype=np.float64)
+        m.variable("table", dtype=np.int32)
+    for name in ("table", "v2"):  # typed or not, a dtype that is none is refused by name
+        with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'nope' is not a "
+                                                     r"dtype$"):
+            m.variable(name, dtype="nope")
+    assert globals_at.asked[-1][1] == "table"  # a bad dtype is refused before the driver
 
 
 def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_variables,
@@ -252,6 +269,7 @@ def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_var
     m = _Module(compiled_variables)
     raw = m.variable("v2")
     assert type(raw) is tf.DeviceBytes and raw.shape == (24,) and raw.owner is m
+    assert (raw.strides, raw.device, raw.session) == ((1,), 3, m.session)
     as_f32 = m.variable("v2", dtype=np.float32)
     assert type(as_f32) is tf.TensorMut and as_f32.shape == (6,) and as_f32.strides == (4,)
     assert m.variable("v2", dtype=np.float64).shape == (3,)  # 24 bytes: 3 doubles
