@@ -366,6 +366,22 @@ def test_a_dlpack_producer_is_asked_with_the_sessions_stream_and_our_version():
             self.buf, cap = _craft(_plain())
             return cap
 
-    f = dlpack.read_dlpack(Producer(), 7, 0, "op")
+    producer = Producer()
+    f = dlpack.read_dlpack(producer, 7, 0, "op")
     assert seen == {"stream": 7, "max_version": dlpack.MAX_VERSION}
     assert f.shape == (4,) and f.ptr == 0x7000_0000
+    assert f.owner.producer is producer  # the producer lives as long as its memory is used
+
+
+def test_a_capsule_a_producer_gives_is_refused_naming_the_callers_operation():
+    class Producer:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, **kwargs):
+            self.buf, cap = _craft(_plain(major=2))
+            return cap
+
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: DLPack version 2\.\d+ is "
+                                                 r"not supported"):
+        dlpack.read_dlpack(Producer(), 7, 0, "session.tensor")

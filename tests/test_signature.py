@@ -380,6 +380,7 @@ def test_a_cubins_parameters_are_aligned_as_the_driver_laid_them_out():
     ("A<B<c, d>, e> x, int (*f)(int, int), int y[3], S s = {1, 2}",
      ["A<B<c, d>, e> x", " int (*f)(int, int)", " int y[3]", " S s = {1, 2}"]),
     ("", [""]),
+    ("XVec a, int n", ["XVec a", " int n"]),  # a letter is never a bracket
 ])
 def test_a_parameter_list_splits_at_its_top_level_commas(arglist, parts):
     from tenferro.signature import _split_params

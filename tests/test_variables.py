@@ -112,17 +112,18 @@ def test_ptx_says_what_it_can_of_each_variable_it_defines():
 def test_a_c_type_that_does_not_agree_with_ptx_or_does_not_read_is_not_used():
     v = {"a": variables_part.Variable("a", "global", 8, None, (8,)),
          "b": variables_part.Variable("b", "global", 8, None, (8,))}
-    probes = {"a": "_Z29__tenferro_c_type_of_variableIPA4_fEvv",  # float[4]: 16 bytes, not 8
-              "b": "_Z29__tenferro_c_type_of_variableIPA4_", "gone": "_Z1fv"}
+    probes = {"gone": "_Z1fv",  # a name the module lacks first: the others are still read
+              "a": "_Z29__tenferro_c_type_of_variableIPA4_fEvv",  # float[4]: 16 bytes, not 8
+              "b": "_Z29__tenferro_c_type_of_variableIPA4_"}
     out = variables_part.with_c_types(v, probes)
     assert out["a"] == variables_part.Variable("a", "global", 8, None, (8,), "float[4]")
     assert out["b"] == v["b"] and set(out) == {"a", "b"}
 
 
 def test_only_names_the_end_of_the_source_can_reach_are_probed():
-    v = variables_part.ptx_variables(
-        ".global .align 4 .b8 _ZN2ns5flagsE[32];\n.global .align 4 .f32 t;\n"
-        ".global .align 4 .b8 _ZN12_INTERNAL_ab17_GLOBAL__N__ab_x4anonE[12];\n")
+    v = variables_part.ptx_variables(  # one the probe cannot name first: the rest still are
+        ".global .align 4 .b8 _ZN12_INTERNAL_ab17_GLOBAL__N__ab_x4anonE[12];\n"
+        ".global .align 4 .b8 _ZN2ns5flagsE[32];\n.global .align 4 .f32 t;\n")
     assert variables_part.probe_expressions(v) == {
         "_ZN2ns5flagsE": "__tenferro_c_type_of_variable<decltype(&ns::flags)>",
         "t": "__tenferro_c_type_of_variable<decltype(&t)>"}
