@@ -20,7 +20,8 @@ from .signature import display_name
 
 __all__ = ["collect", "report", "session_facts", "session_html", "session_repr"]
 
-_PACKAGES = ("tenferro", "numba", "numba-cuda", "cuda-bindings", "cuda-core", "numpy")
+_PACKAGES = ("tenferro", "numba", "numba-cuda", "cuda-bindings", "cuda-core", "numpy",
+             "nvtx")  # nvtx: the profile extra, which s.range records through
 
 
 def _version(package: str) -> str:

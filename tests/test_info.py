@@ -81,7 +81,7 @@ def test_the_command_runs_on_any_machine_and_names_the_packages(cache):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
-    for package in ("tenferro", "numba-cuda", "cuda-bindings"):
+    for package in ("tenferro", "numba-cuda", "cuda-bindings", "nvtx"):
         assert any(line.startswith(f"{package} ") for line in out), out
     assert any(line.startswith("NVRTC ") for line in out)
     assert any(line.startswith("driver: ") for line in out)
