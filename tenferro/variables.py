@@ -158,19 +158,23 @@ def with_c_types(variables: dict[str, Variable], probes: dict[str, str]) -> dict
 
 
 def _find(module: Any, name: str, op: str) -> Variable | None:
+    """The variable ``name`` means: its entry, its qualified name, or the end of one.
+
+    ``::x`` means the global ``x`` only; ``x`` or ``ns::x`` also the one variable whose
+    qualified name ends with it.
+    """
     variables = module.variables
     if name in variables:
         return variables[name]
-    by_c_name = [v for v in variables.values() if v.c_name == name]
-    if not by_c_name:
-        plain = name.removeprefix("::")
-        by_c_name = [v for v in variables.values()
-                     if v.c_name == plain or v.c_name.rsplit("::", 1)[-1] == plain]
-    if len(by_c_name) > 1:
+    wanted = name.removeprefix("::")
+    found = [v for v in variables.values() if v.c_name == wanted]
+    if not found and not name.startswith("::"):
+        found = [v for v in variables.values() if v.c_name.endswith("::" + wanted)]
+    if len(found) > 1:
         raise ValidationError(f"{op}: {name!r} names several variables of this module: "
-                              f"{', '.join(sorted(v.c_name for v in by_c_name))}; give the "
+                              f"{', '.join(sorted(v.c_name for v in found))}; give the "
                               "qualified name")
-    return by_c_name[0] if by_c_name else None
+    return found[0] if found else None
 
 
 def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | DeviceBytes:

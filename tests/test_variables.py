@@ -216,15 +216,30 @@ def test_an_unqualified_name_that_two_namespaces_share_is_refused(compiled_varia
     assert _Module(compiled_variables).variable("anon").nbytes == 12  # the one there is
 
 
-def test_an_exact_name_wins_over_the_same_name_in_a_namespace(globals_at):
+@pytest.mark.parametrize(("name", "entry"), [
+    ("flags", "flags"), ("::flags", "flags"),        # the global one: its own name
+    ("ns::flags", "_ZN2ns5flagsE"),                  # exact, though x::ns::flags ends so too
+    ("::ns::flags", "_ZN2ns5flagsE"),
+    ("deep", "_ZN1a1b4deepE"), ("b::deep", "_ZN1a1b4deepE"),  # the end of a qualified name
+])
+def test_an_exact_name_wins_over_the_end_of_another(globals_at, name, entry):
     v = variables_part.ptx_variables(
         ".global .align 4 .f32 flags;\n.global .align 4 .u32 _ZN2ns5flagsE;\n"
-        ".global .align 4 .u32 _ZN1a1b4deepE;\n")
-    globals_at.sizes = {"flags": 4, "_ZN2ns5flagsE": 4, "_ZN1a1b4deepE": 4}
-    m = _Module(v)
-    assert m.variable("flags").dtype == np.float32
-    assert m.variable("deep").dtype == np.uint32  # a::b::deep by its last name
-    assert [name for _, name, _ in globals_at.asked] == ["flags", "_ZN1a1b4deepE"]
+        ".global .align 4 .u32 _ZN1x2ns5flagsE;\n.global .align 4 .u32 _ZN1a1b4deepE;\n")
+    globals_at.sizes = {e: 4 for e in v}
+    _Module(v).variable(name)
+    assert [e for _, e, _ in globals_at.asked] == [entry]
+
+
+@pytest.mark.parametrize(("name", "msg"), [
+    ("::deep", r"'::deep' is not a variable of this module"),  # no global deep
+    ("b", r"'b' is not a variable"),                             # a namespace is not its end
+])
+def test_a_qualified_name_matches_whole_names_only(globals_at, name, msg):
+    globals_at.sizes = {"_ZN1a1b4deepE": 4}
+    with pytest.raises(tf.ValidationError, match=r"^module\.variable: " + msg):
+        _Module(variables_part.ptx_variables(".global .align 4 .u32 _ZN1a1b4deepE;\n")
+                ).variable(name)
 
 
 def test_a_missing_variable_lists_those_the_module_has(globals_at):
