@@ -239,7 +239,8 @@ def _split_params(arglist: str) -> list[str]:
 def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Signature]:
     """Refine signatures with the ``__global__`` declarations of the CUDA C source.
 
-    Every entry takes its parameters' names from its declaration; a C++ entry from the
+    Every entry takes its parameters' names from its declaration (an unnamed one has none,
+    not PTX's ``k_param_1``); a C++ entry from the
     declarations of its unqualified name with as many parameters, where they agree on the
     names. Where the compiler gave no C type (`with_c_types` runs first; an ``extern "C"``
     kernel inside a namespace has none), an unmangled entry's parameter is refined from the
@@ -265,8 +266,7 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
             elif c is not None and ptx.kind == BYTES and c.scalar is not None \
                     and c.size == ptx.size:  # __half / __nv_bfloat16 are structs in PTX
                 ptx = replace(ptx, kind=FLOAT, scalar=c.scalar)
-            pname = _decl_name(decl)  # the declaration's name, where it gives one
-            params.append(replace(ptx, name=pname) if pname else ptx)
+            params.append(replace(ptx, name=_decl_name(decl)))  # "" for an unnamed one
         out[name] = Signature(name, tuple(params), "cuda")
     for entry, sig in sigs.items():
         if not entry.startswith("_Z"):
@@ -279,8 +279,8 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
                  if len(decls) == len(sig.params)}
         if len(names) == 1:
             out[entry] = Signature(entry, tuple(
-                replace(p, name=n) if n else p
-                for p, n in zip(sig.params, names.pop(), strict=True)), "cuda")
+                replace(p, name=n) for p, n in zip(sig.params, names.pop(), strict=True)),
+                "cuda")
     return out
 
 

@@ -391,18 +391,22 @@ def test_a_parameter_list_splits_at_its_top_level_commas(arglist, parts):
 def test_a_probe_that_names_no_function_pointer_leaves_that_kernel_alone():
     from tenferro.signature import with_c_types
 
-    sigs = parse_ptx(".visible .entry a(.param .u64 a_param_0)\n{ ret; }\n"
+    sigs = parse_ptx(".visible .entry c(.param .u64 c_param_0)\n{ ret; }\n"
+                     ".visible .entry _Zq(.param .u64 q_param_0)\n{ ret; }\n"
+                     ".visible .entry a(.param .u64 a_param_0)\n{ ret; }\n"
                      ".visible .entry b(.param .u64 b_param_0)\n{ ret; }")
     probes = {"a": "_Z21__tenferro_c_types_ofIiEvv",       # T = int: not a pointer to a kernel
               "b": "_Z21__tenferro_c_types_ofIPFvPfEEvv"}  # T = void (*)(float*)
-    out = with_c_types(sigs, probes)
-    assert out["a"] == sigs["a"]
+    out = with_c_types(sigs, probes)  # c has no probe, _Zq does not read: the rest still are
+    assert out["a"] == sigs["a"] and out["c"] == sigs["c"] and out["_Zq"] == sigs["_Zq"]
     assert [(p.kind, p.c_type.spell(), p.name) for p in out["b"].params] == [("ptr", "float*", "")]
 
 
 @pytest.mark.parametrize(("src", "want"), [
     ('namespace n { extern "C" __global__ void k(void) {} }', []),
     ('namespace n { extern "C" __global__ void k() {} }', []),
+    ('namespace n { extern "C" __global__ void k(float*, int n) {} }',  # unnamed: no name
+     [("", "ptr", 8, None), ("n", "int", 4, "i32")]),
     ('#include <cuda_fp16.h>\nnamespace n { extern "C" __global__ void k(__half h, unsigned m, '
      'float* p, long long q, double d) {} }',
      [("h", "float", 2, "f16"), ("m", "int", 4, "u32"), ("p", "ptr", 8, None),
@@ -413,5 +417,28 @@ def test_the_declaration_reader_types_what_the_probe_cannot_name(src, want):
     # is all there is, __half (a .b8 array in PTX) included.
     sig = tf.compile_cuda(src, cache=False).signatures["k"]
     assert all(p.c_type is None for p in sig.params)
+    assert sig.origin == "cuda"  # read from the declaration, () and (void) alike
     assert [(p.name, p.kind, p.size, p.scalar.name if p.scalar else None)
             for p in sig.params] == want
+
+
+def test_comments_become_spaces_and_literals_stay():
+    from tenferro.signature import _without_comments
+
+    assert _without_comments('a /* x, y */ b // c, d\n"e // f" \'/\'') == \
+        'a   b  \n"e // f" \'/\''
+
+
+def test_a_kernel_in_nested_namespaces_takes_its_parameter_names():
+    r = tf.compile_cuda("namespace a { namespace b {\n"
+                        "__global__ void k(float* y, int n) { y[0] = n; } } }", arch="sm_90")
+    (entry, sig), = r.signatures.items()
+    assert entry == "_ZN1a1b1kEPfi" and [p.name for p in sig.params] == ["y", "n"]
+
+
+def test_a_cpp_kernel_declared_through_a_macro_keeps_the_compilers_types():
+    r = tf.compile_cuda("#define KERNEL(name) __global__ void name(float* y, int n)\n"
+                        "KERNEL(k) { y[0] = n; }", arch="sm_90")
+    (entry, sig), = r.signatures.items()
+    assert entry == "_Z1kPfi"
+    assert [(p.c_type.spell(), p.name) for p in sig.params] == [("float*", ""), ("int", "")]

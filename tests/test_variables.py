@@ -81,6 +81,7 @@ PTX = r'''
 .version 8.0
 .target sm_90
 .address_size 64
+.global .texref tex;
 .global .align 4 .f32 x;
 .const .align 8 .f64 y[4];
 .visible .global .align 4 .s32 z = 3;
@@ -89,7 +90,6 @@ PTX = r'''
 .extern .global .align 4 .f32 elsewhere;
 .global .align 8 .b64 handle;
 .global .align 4 .b8 blob[12];
-.global .texref tex;
 .visible .entry k(.param .u64 k_param_0)
 {
     ld.global.f32 %f1, [x];
@@ -111,13 +111,15 @@ def test_ptx_says_what_it_can_of_each_variable_it_defines():
 
 def test_a_c_type_that_does_not_agree_with_ptx_or_does_not_read_is_not_used():
     v = {"a": variables_part.Variable("a", "global", 8, None, (8,)),
-         "b": variables_part.Variable("b", "global", 8, None, (8,))}
+         "b": variables_part.Variable("b", "global", 8, None, (8,)),
+         "b2": variables_part.Variable("b2", "global", 4, None, (4,))}
     probes = {"gone": "_Z1fv",  # a name the module lacks first: the others are still read
-              "a": "_Z29__tenferro_c_type_of_variableIPA4_fEvv",  # float[4]: 16 bytes, not 8
-              "b": "_Z29__tenferro_c_type_of_variableIPA4_"}
+              "b2": "_Z29__tenferro_c_type_of_variableIiEvv",  # T = int: no pointer to read
+              "b": "_Z29__tenferro_c_type_of_variableIPA4_",  # cut off: does not read
+              "a": "_Z29__tenferro_c_type_of_variableIPA4_fEvv"}  # float[4]: 16 bytes, not 8
     out = variables_part.with_c_types(v, probes)
     assert out["a"] == variables_part.Variable("a", "global", 8, None, (8,), "float[4]")
-    assert out["b"] == v["b"] and set(out) == {"a", "b"}
+    assert out["b"] == v["b"] and out["b2"] == v["b2"] and set(out) == {"a", "b", "b2"}
 
 
 def test_only_names_the_end_of_the_source_can_reach_are_probed():
@@ -288,6 +290,8 @@ def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_var
     assert (raw.strides, raw.device, raw.session) == ((1,), 3, m.session)
     as_f32 = m.variable("v2", dtype=np.float32)
     assert type(as_f32) is tf.TensorMut and as_f32.shape == (6,) and as_f32.strides == (4,)
+    assert type(as_f32.shape[0]) is int and as_f32.nbytes == 24
+    assert (as_f32.device, as_f32.owner, as_f32.session) == (3, m, m.session)
     assert m.variable("v2", dtype=np.float64).shape == (3,)  # 24 bytes: 3 doubles
     assert m.variable("pts", dtype=np.complex128).shape == (1,)  # 16 bytes: one element
     with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'anon' has 12 bytes, "
