@@ -267,9 +267,11 @@ def test_a_session_not_yet_entered_refuses_use():
     s = tf.Session()
     for call in (lambda: s.upload(np.ones(3)), lambda: s.alloc_zeros(3, np.float32),
                  lambda: s.tensor(np.ones(3)), lambda: s.synchronize(), lambda: s.capture()
-                 .__enter__()):
+                 .__enter__(), lambda: s.timeline().__enter__(),
+                 lambda: s.range("step").__enter__()):
         with pytest.raises(tf.RuntimeStateError, match=r"session\.\w+: the session is closed"):
             call()
+    assert s.active_timeline is None and repr(s).endswith(", not entered)")
 
 
 def test_every_method_says_what_it_does_and_takes_the_parts_arguments():
