@@ -241,11 +241,11 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
 
     Every entry takes its parameters' names from its declaration (an unnamed one has none,
     not PTX's ``k_param_1``); a C++ entry from the declarations of its unqualified name with
-    as many parameters, where they agree on the names. Where the compiler gave no C type (`with_c_types` runs first; an ``extern "C"``
-    kernel inside a namespace has none), an unmangled entry's parameter is refined from the
-    text where the C type is a plain type or a pointer whose size agrees with the PTX: a
-    64-bit PTX parameter becomes a pointer or an exact integer type, a 32-bit one gets its
-    signedness.
+    as many parameters, where they agree on the names. Where the compiler gave no C type
+    (`with_c_types` runs first; an ``extern "C"`` kernel inside a namespace has none), an
+    unmangled entry's parameter is refined from the text where the C type is a plain type or
+    a pointer whose size agrees with the PTX: a 64-bit PTX parameter becomes a pointer or an
+    exact integer type, a 32-bit one gets its signedness.
     """
     out = dict(sigs)
     by_name: dict[str, list[list[str]]] = {}
