@@ -22,7 +22,7 @@ from typing import Any
 from . import _driver
 from . import variables as variables_part
 from .entries import find_entry
-from .errors import BackendError, CompileError, ValidationError
+from .errors import BackendError, CompileError, KernelFault, ValidationError
 from .signature import (
     Signature,
     display_name,
@@ -349,6 +349,13 @@ class Module:
         fn = self._functions.get(name)
         if fn is not None:
             return fn
+        try:
+            fn = self._functions[name] = self._load_function(name, op)
+        except KernelFault as exc:  # the first call to see an earlier launch's fault
+            raise self.session.fault_seen(exc) from None
+        return fn
+
+    def _load_function(self, name: str, op: str) -> Function:
         entry = self.lowered_names.get(name, name)
         handle = _driver.module_get_function(self.handle, entry)
         if handle is None:
@@ -361,8 +368,7 @@ class Module:
         sig = self.signatures.get(entry)
         if sig is None:
             sig = from_driver_layout(entry, _driver.func_param_layout(handle))
-        fn = self._functions[name] = Function(self, entry, handle, sig)
-        return fn
+        return Function(self, entry, handle, sig)
 
     def _what(self) -> str:
         return self.kind if self.handle else f"{self.kind}, unloaded"
@@ -490,8 +496,11 @@ class Function:
     def attributes(self) -> KernelAttributes:
         """Registers, local, shared and constant bytes, thread limit and versions (the driver's)."""
         self.session.check_use("function.attributes")
-        return KernelAttributes(**{field_name: _driver.func_attribute(self.handle, attr)
-                                   for field_name, attr in _KERNEL_ATTRIBUTES.items()})
+        try:
+            return KernelAttributes(**{field_name: _driver.func_attribute(self.handle, attr)
+                                       for field_name, attr in _KERNEL_ATTRIBUTES.items()})
+        except KernelFault as exc:
+            raise self.session.fault_seen(exc) from None
 
     def occupancy(self, block: int | tuple[int, ...], shared_mem_bytes: int = 0) -> Occupancy:
         """How many blocks of this shape and dynamic shared memory run at once on one SM.
@@ -508,9 +517,12 @@ class Function:
             config = LaunchConfig(1, block, shared_mem_bytes)
         except ValidationError as exc:
             raise ValidationError(f"{op}: {str(exc).removeprefix('LaunchConfig: ')}") from None
-        check_against(config, self, op)
-        blocks = _driver.occupancy_blocks(self.handle, config.threads_per_block,
-                                          config.shared_mem_bytes, op)
+        try:
+            check_against(config, self, op)
+            blocks = _driver.occupancy_blocks(self.handle, config.threads_per_block,
+                                              config.shared_mem_bytes, op)
+        except KernelFault as exc:
+            raise self.session.fault_seen(exc) from None
         return Occupancy(blocks, config.threads_per_block,
                          self.session.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import _driver, dtypes
 from .dtypes import ScalarType
-from .errors import BackendError, ValidationError
+from .errors import BackendError, KernelFault, ValidationError
 from .mangling import CType, demangle
 from .spans import DeviceBytes, TensorMut, c_strides
 
@@ -196,6 +196,8 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
     entry = declared.name if declared is not None else name
     try:
         ptr, nbytes = _driver.module_get_global(module.handle, entry, op)
+    except KernelFault as exc:  # the first call to see an earlier launch's fault
+        raise s.fault_seen(exc) from None
     except BackendError as exc:
         if exc.result_name != "CUDA_ERROR_NOT_FOUND":
             raise

@@ -586,11 +586,16 @@ class _Session:
     context = _Context()
 
     def __init__(self):
-        self.used, self.caches = [], []
+        self.used, self.caches, self.faults = [], [], []
         self.liveness = self
 
     def add_cache(self, cache):
         self.caches.append(cache)
+
+    def fault_seen(self, exc):
+        self.faults.append(exc)
+        return tf.KernelFault(f"{exc}; last launches: ['k']", exc.result_name, exc.result_code,
+                              ("k",))
 
     def check_use(self, op):
         self.used.append(op)
@@ -707,3 +712,43 @@ def test_auto_chooses_for_a_function_with_no_shared_memory_by_default(scale_fn):
     config = tf.LaunchConfig.auto(fn, 10_000)
     assert (config.grid, config.block, config.shared_mem_bytes) == ((14, 1, 1), (768, 1, 1), 0)
     assert asked[0] == (0x77, 768, 0, "function.occupancy")
+
+
+def _faulted(*args):
+    raise tf.KernelFault(f"{args[-1] if isinstance(args[-1], str) else 'cuFuncGetAttribute'}: "
+                         "the device reported CUDA_ERROR_ILLEGAL_ADDRESS",
+                         "CUDA_ERROR_ILLEGAL_ADDRESS", 700)
+
+
+@pytest.mark.parametrize(("driver_call", "ask"), [
+    ("func_attribute", lambda fn: fn.attributes),
+    ("occupancy_blocks", lambda fn: fn.occupancy(64)),
+])
+def test_a_fault_a_function_query_sees_stops_the_session(scale_fn, monkeypatch, driver_call,
+                                                         ask):
+    from tenferro import module as module_part
+
+    fn, _ = scale_fn
+    monkeypatch.setattr(module_part._driver, driver_call, lambda *a: _faulted(*a))
+    with pytest.raises(tf.KernelFault, match=r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
+                                             r"\['k'\]$"):
+        ask(fn)
+    assert len(fn.session.faults) == 1
+
+
+def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
+    from tenferro import module as module_part
+
+    d = module_part._driver
+    monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
+    monkeypatch.setattr(d, "module_get_function",
+                        lambda module, name: _faulted("cuModuleGetFunction"))
+    m = module_part.Module(_Session(), b"img", "cubin", {})
+    with pytest.raises(tf.KernelFault, match=r"^cuModuleGetFunction: the device reported "
+                                             r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches"):
+        m.function("scale")
+    assert len(m.session.faults) == 1
+    monkeypatch.setattr(d, "module_get_function", lambda module, name: None)
+    monkeypatch.setattr(d, "module_function_names", lambda module: [])
+    with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'scale'"):
+        m.function("scale")  # nothing was kept from the failed lookup

@@ -137,10 +137,15 @@ class _Session:
     device = 3
 
     def __init__(self):
-        self.used = []
+        self.used, self.faults = [], []
 
     def check_use(self, op):
         self.used.append(op)
+
+    def fault_seen(self, exc):
+        self.faults.append(exc)
+        return tf.KernelFault(f"{exc}; last launches: ['k']", exc.result_name, exc.result_code,
+                              ("k",))
 
 
 class _Module:
@@ -254,6 +259,20 @@ def test_a_missing_variable_lists_those_the_module_has(globals_at):
     bare = _Module({})
     with pytest.raises(tf.ValidationError, match=r"\(it has: none known\)$"):
         bare.variable("t2")
+
+
+def test_a_fault_the_lookup_sees_stops_the_session_and_names_the_last_launches(monkeypatch):
+    def faulted(handle, name, op):
+        raise tf.KernelFault(f"{op}: the device reported CUDA_ERROR_ILLEGAL_ADDRESS",
+                             "CUDA_ERROR_ILLEGAL_ADDRESS", 700)
+
+    monkeypatch.setattr(variables_part._driver, "module_get_global", faulted)
+    m = _Module({})
+    with pytest.raises(tf.KernelFault, match=r"^module\.variable: the device reported "
+                                             r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
+                                             r"\['k'\]$"):
+        m.variable("t")
+    assert len(m.session.faults) == 1
 
 
 def test_other_driver_refusals_pass_through(monkeypatch):
