@@ -332,7 +332,10 @@ class Module:
     def function_names(self) -> list[str]:
         """The kernel entries this module holds."""
         self.session.check_use("module.function_names")
-        return self._names()
+        try:
+            return self._names()
+        except KernelFault as exc:
+            raise self.session.fault_seen(exc) from None
 
     def function(self, name: str) -> Function:
         """The kernel ``name``, as a user knows it.

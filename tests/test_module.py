@@ -743,11 +743,15 @@ def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
     monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
     monkeypatch.setattr(d, "module_get_function",
                         lambda module, name: _faulted("cuModuleGetFunction"))
+    monkeypatch.setattr(d, "module_function_names",
+                        lambda module: _faulted("cuModuleEnumerateFunctions"))
     m = module_part.Module(_Session(), b"img", "cubin", {})
     with pytest.raises(tf.KernelFault, match=r"^cuModuleGetFunction: the device reported "
                                              r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches"):
         m.function("scale")
-    assert len(m.session.faults) == 1
+    with pytest.raises(tf.KernelFault, match=r"^cuModuleEnumerateFunctions: the device "):
+        m.function_names  # noqa: B018 (a property that asks the driver)
+    assert len(m.session.faults) == 2
     monkeypatch.setattr(d, "module_get_function", lambda module, name: None)
     monkeypatch.setattr(d, "module_function_names", lambda module: [])
     with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'scale'"):
