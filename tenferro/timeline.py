@@ -72,7 +72,7 @@ class Timeline:
         self._state = "closed"
         pending, self._pending = self._pending, []
         try:
-            if exc is None and pending:
+            if exc is None and pending and not s.faulted:  # a fault was reported once already
                 s.synchronize()  # the events are read once the stream has passed them
                 self.launches = [
                     TimedLaunch(display_name(kernel), *_config_fields(config),

@@ -18,6 +18,7 @@ class StandIn:
         self.active_timeline = None
         self.fast_path_ok = True
         self.capturing = capturing
+        self.faulted = False
         self.synchronized = 0
         self.used = []
 
@@ -148,6 +149,14 @@ def test_the_users_exception_passes_unmasked_and_nothing_is_waited_for(events):
         raise KeyError("mine")
     assert s.synchronized == 0 and t.launches == [] and sorted(events["destroyed"]) == [1, 2]
     assert s.active_timeline is None and s.fast_path_ok is True
+
+
+def test_after_a_fault_handled_in_the_block_the_end_raises_nothing_more(events):
+    s = StandIn()
+    with timeline_part.timeline(s) as t:
+        _launch(t, "axpy", tf.LaunchConfig(1, 32))
+        s.faulted = True  # a later call saw the fault; the user handled its KernelFault
+    assert (s.synchronized, t.launches, sorted(events["destroyed"])) == (0, [], [1, 2])
 
 
 def test_a_failed_end_record_frees_its_event_and_raises(events, monkeypatch):
