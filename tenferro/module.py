@@ -178,8 +178,12 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     probe_opts = [*base_opts, *opts]
     probes = _c_type_probes(source, name, probe_opts, ptx.decode())
     variable_exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx.decode()))
-    variable_probes = _lowered_probes(source + variables_part.PROBE_SOURCE, name, probe_opts,
-                                      variable_exprs)
+    probe_source = source + variables_part.PROBE_SOURCE
+    variable_probes = _lowered_probes(probe_source, name, probe_opts, variable_exprs)
+    if len(variable_exprs) > 1 and not variable_probes:  # one that does not compile spoils all
+        variable_probes = {k: lowered for k, x in variable_exprs.items()
+                           for lowered in _lowered_probes(probe_source, name, probe_opts,
+                                                          {k: x}).values()}
     entry = {"key": key, "ptx": ptx.decode(), "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
              "probes": probes, "variable_probes": variable_probes}

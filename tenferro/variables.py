@@ -81,11 +81,15 @@ _PTX_TYPES = {"u8": "u8", "s8": "i8", "u16": "u16", "s16": "i16", "u32": "u32", 
 _PTX_BITS = {"b8": 1, "b16": 2, "b32": 4, "b64": 8}
 
 
+# What the compiler and CUDA's math library define (string literals, sinf's tables).
+_NOT_THE_SOURCES = ("$", "__cudart_", "__nv_")
+
+
 def ptx_variables(ptx: str) -> dict[str, Variable]:
-    """The variables a PTX image defines, by name; PTX's own string constants left out."""
+    """The variables a PTX image defines, by name, less the compiler's and the math library's."""
     out = {}
     for space, ptx_type, name, count in _PTX_VARIABLE.findall(ptx):
-        if name.startswith("$"):  # $str: the compiler's own string literals
+        if name.startswith(_NOT_THE_SOURCES):
             continue
         named = _PTX_TYPES.get(ptx_type)
         itemsize = dtypes.by_name(named).itemsize if named else _PTX_BITS.get(ptx_type)

@@ -405,3 +405,20 @@ def test_a_compile_result_lists_its_variables_after_its_kernels():
     assert repr(r).endswith("1 kernel(s): f(float* y); 2 variable(s): __constant__ int k; "
                             "__device__ float t[4])")
     assert variables_part.listed({}) == ""
+
+
+def test_the_math_librarys_tables_are_not_the_modules_variables_nor_spoil_their_types():
+    r = tf.compile_cuda("__device__ float table[4];\n"
+                        'extern "C" __global__ void k(float* y, double* z) '
+                        "{ y[0] = sinf(y[1]) + table[0]; z[0] = sin(z[1]); }", arch="sm_90")
+    assert "__cudart_sin_cos_coeffs" in r.ptx  # sinf's table is in the image, and not listed
+    assert _table(r.variables) == {"table": ("global", 16, "f32", (4,), "float[4]")}
+
+
+def test_a_variable_the_end_of_the_source_cannot_name_costs_only_its_own_type():
+    # A macro defined after the declarations hides `hits` from the probe at the end.
+    r = tf.compile_cuda("__device__ float table[4];\n__device__ int hits;\n"
+                        'extern "C" __global__ void k(float* y) { y[0] = table[0] + hits; }\n'
+                        "#define hits not_declared_anywhere\n", arch="sm_90")
+    assert _table(r.variables) == {"table": ("global", 16, "f32", (4,), "float[4]"),
+                                   "hits": ("global", 4, "u32", (), "")}  # PTX's view: .u32
