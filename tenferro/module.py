@@ -177,7 +177,8 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
     probe_opts = [*base_opts, *opts]
     probes = _c_type_probes(source, name, probe_opts, ptx.decode())
-    variable_exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx.decode()))
+    variable_exprs = variables_part.probe_expressions(
+        variables_part.ptx_variables(ptx.decode(), source))
     probe_source = source + variables_part.PROBE_SOURCE
     variable_probes = _lowered_probes(probe_source, name, probe_opts, variable_exprs)
     if len(variable_exprs) > 1 and not variable_probes:  # one that does not compile spoils all
@@ -232,7 +233,7 @@ def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) 
     sigs = with_c_types(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False),
                         entry.get("probes") or {})
     sigs = refine_with_source(sigs, source)  # names; the text's types where the compiler's lack
-    variables = variables_part.with_c_types(variables_part.ptx_variables(entry["ptx"]),
+    variables = variables_part.with_c_types(variables_part.ptx_variables(entry["ptx"], source),
                                             entry["variable_probes"])
     image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
     return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),

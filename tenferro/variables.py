@@ -83,13 +83,24 @@ _PTX_BITS = {"b8": 1, "b16": 2, "b32": 4, "b64": 8}
 
 # What the compiler and CUDA's math library define (string literals, sinf's tables).
 _NOT_THE_SOURCES = ("$", "__cudart_", "__nv_")
+# The toolkit's headers define hundreds (CCCL's static members): not the source's own.
+_TOOLKIT_NAMESPACES = ("cuda::", "std::", "cub::", "thrust::", "cooperative_groups::",
+                       "nvcuda::")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def ptx_variables(ptx: str) -> dict[str, Variable]:
-    """The variables a PTX image defines, by name, less the compiler's and the math library's."""
+def ptx_variables(ptx: str, source: str | None = None) -> dict[str, Variable]:
+    """The variables a PTX image defines, by name, less the compiler's and the math library's.
+
+    With the CUDA C ``source`` it was compiled from, only the source's own: those whose name
+    the source writes, outside the toolkit's namespaces and template instantiations.
+    """
+    words = None if source is None else set(_IDENTIFIER.findall(source))
     out = {}
     for space, ptx_type, name, count in _PTX_VARIABLE.findall(ptx):
         if name.startswith(_NOT_THE_SOURCES):
+            continue
+        if words is not None and not _the_sources(name, words):
             continue
         named = _PTX_TYPES.get(ptx_type)
         itemsize = dtypes.by_name(named).itemsize if named else _PTX_BITS.get(ptx_type)
@@ -100,6 +111,12 @@ def ptx_variables(ptx: str) -> dict[str, Variable]:
         shape = ((n,) if count else ()) if t is not None else (n * itemsize,)
         out[name] = Variable(name, space, n * itemsize, t, shape)
     return out
+
+
+def _the_sources(name: str, words: set[str]) -> bool:
+    c_name = Variable(name, "", 0, None, ()).c_name
+    return "<" not in c_name and not c_name.startswith(_TOOLKIT_NAMESPACES) and \
+        c_name.rsplit("::", 1)[-1] in words
 
 
 # Instantiated on ``decltype(&variable)``: its lowered name spells the variable's C type.

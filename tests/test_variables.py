@@ -422,3 +422,13 @@ def test_a_variable_the_end_of_the_source_cannot_name_costs_only_its_own_type():
                         "#define hits not_declared_anywhere\n", arch="sm_90")
     assert _table(r.variables) == {"table": ("global", 16, "f32", (4,), "float[4]"),
                                    "hits": ("global", 4, "u32", (), "")}  # PTX's view: .u32
+
+
+def test_with_its_source_only_the_variables_it_writes_are_the_modules():
+    ptx = (".global .align 4 .f32 mine;\n.global .align 4 .u32 _ZN2ns5flagsE;\n"
+           ".global .align 1 .b8 _ZN4cuda3std3__45ignoreE[1];\n"
+           ".global .align 1 .b8 _ZN4cuda3std3__417integral_constantIbLb0EE5valueE[1];\n"
+           ".global .align 4 .f32 unwritten;\n")
+    source = "__device__ float mine; namespace ns { __device__ unsigned flags; } // ignore value"
+    assert set(variables_part.ptx_variables(ptx, source)) == {"mine", "_ZN2ns5flagsE"}
+    assert len(variables_part.ptx_variables(ptx)) == 5  # PTX loaded as is: every one
