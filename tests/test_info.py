@@ -188,7 +188,8 @@ def test_a_real_session_reads_as_its_device_memory_and_launches(session):
     text = repr(session)
     assert text.startswith(f"Session(device={session.device} {name!r} sm_{major}{minor}, open, "
                            f"stream 0x{session.stream_handle:x}, ")
-    assert " MiB used of " in text and text.endswith("last launches: twice)")
+    assert " used of " in text and " MiB reserved, " in text  # a pool holds whole MiBs
+    assert text.endswith("last launches: twice)")
     assert info.session_facts(session)["memory"]["used_bytes"] >= 4096 * 4
 
 

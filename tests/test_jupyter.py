@@ -124,6 +124,7 @@ def test_the_named_session_must_be_an_open_session(shell):
 
 @pytest.mark.gpu
 def test_a_cell_compiles_into_the_open_session_once(shell, device, capsys, rng):
+    capsys.readouterr()  # the rng fixture's seed line
     with tf.Session(device) as s:
         shell.user_ns["s"] = s
         shell.run_cell_magic("cuda", "mod -D SCALE=3", KERNELS)
