@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import CompiledCuda, CompileError, Session, ValidationError, compile_cuda
+from .variables import by_c_name
 
 __all__ = ["CellCompileError", "CellLineError", "CudaCell", "load_ipython_extension",
            "parse_line"]
@@ -166,7 +167,7 @@ def run_cell(shell: Any, line: str, cell: str) -> None:
     print(f"{spec.name}: {len(sigs)} kernel(s), {where}")
     for entry in sorted(sigs):
         print(f"  {sigs[entry].declaration()}")
-    variables = sorted(result.variables.values(), key=lambda v: v.c_name)
+    variables = by_c_name(result.variables)
     if variables:
         print(f"  and {len(variables)} variable(s):")
         for v in variables:

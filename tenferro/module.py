@@ -175,19 +175,11 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
-    probe_opts = [*base_opts, *opts]
-    probes = _c_type_probes(source, name, probe_opts, ptx.decode())
-    variable_exprs = variables_part.probe_expressions(
-        variables_part.ptx_variables(ptx.decode(), source))
-    probe_source = source + variables_part.PROBE_SOURCE
-    variable_probes = _lowered_probes(probe_source, name, probe_opts, variable_exprs)
-    if len(variable_exprs) > 1 and not variable_probes:  # one that does not compile spoils all
-        variable_probes = {k: lowered for k, x in variable_exprs.items()
-                           for lowered in _lowered_probes(probe_source, name, probe_opts,
-                                                          {k: x}).values()}
-    entry = {"key": key, "ptx": ptx.decode(), "log": log, "lowered": lowered,
+    ptx_text, probe_opts = ptx.decode(), [*base_opts, *opts]
+    entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
-             "probes": probes, "variable_probes": variable_probes}
+             "probes": _c_type_probes(source, name, probe_opts, ptx_text),
+             "variable_probes": _variable_probes(source, name, probe_opts, ptx_text)}
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
@@ -211,6 +203,21 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str) -> dict
         return {}
     return _lowered_probes(source + _PROBE_SOURCE, name, options,
                            {e: f"{_PROBE}<decltype(&{e})>" for e in entries})
+
+
+def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:
+    """For each of the source's variables, the lowered name of the probe on its type.
+
+    Where one of them cannot be named at the end of the source, which spoils the compile of
+    them all, each is probed alone, so only it keeps PTX's view.
+    """
+    exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx, source))
+    probe_source = source + variables_part.PROBE_SOURCE
+    lowered = _lowered_probes(probe_source, name, options, exprs)
+    if len(exprs) > 1 and not lowered:
+        lowered = {k: one for k, x in exprs.items()
+                   for one in _lowered_probes(probe_source, name, options, {k: x}).values()}
+    return lowered
 
 
 def _lowered_probes(source: str, name: str, options: list[str],

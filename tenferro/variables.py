@@ -19,8 +19,8 @@ from .errors import BackendError, KernelFault, ValidationError
 from .mangling import CType, demangle
 from .spans import DeviceBytes, TensorMut, c_strides
 
-__all__ = ["Variable", "listed", "module_variable", "probe_expressions", "ptx_variables",
-           "with_c_types"]
+__all__ = ["Variable", "by_c_name", "listed", "module_variable", "probe_expressions",
+           "ptx_variables", "with_c_types"]
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,7 @@ class Variable:
     @property
     def c_name(self) -> str:
         """The name the source gives it (``ns::flags`` for ``_ZN2ns5flagsE``)."""
-        if not self.name.startswith("_Z"):
-            return self.name
-        try:
-            parts = demangle(self.name).name.split("::")
-        except (ValueError, IndexError):
-            return self.name
-        # An anonymous namespace is mangled as _INTERNAL_<file>::_GLOBAL__N_<file>.
-        return "::".join("(anonymous namespace)" if p.startswith("_GLOBAL__N") else p
-                         for p in parts if not p.startswith("_INTERNAL_"))
+        return _c_name(self.name)
 
     def declaration(self) -> str:
         """``__device__ float table[256]`` (the C type where known, else its bytes)."""
@@ -61,16 +53,30 @@ class Variable:
         return f"{qualifier} {self.c_name} ({self.nbytes} bytes)"
 
 
+def _c_name(name: str) -> str:
+    """The source's name of the variable PTX calls ``name``: demangled, where it is mangled."""
+    if not name.startswith("_Z"):
+        return name
+    try:
+        parts = demangle(name).name.split("::")
+    except (ValueError, IndexError):
+        return name
+    # An anonymous namespace is mangled as _INTERNAL_<file>::_GLOBAL__N_<file>.
+    return "::".join("(anonymous namespace)" if p.startswith("_GLOBAL__N") else p
+                     for p in parts if not p.startswith("_INTERNAL_"))
+
+
+def by_c_name(variables: dict[str, Variable]) -> list[Variable]:
+    """The variables in the order of their source names, as listings show them."""
+    return sorted(variables.values(), key=lambda v: v.c_name)
+
+
 def listed(variables: dict[str, Variable]) -> str:
     """``"; 2 variable(s): __device__ float t[4]; ..."`` for a repr, or "" for none."""
     if not variables:
         return ""
-    decls = "; ".join(v.declaration() for v in sorted(variables.values(), key=_by_c_name))
+    decls = "; ".join(v.declaration() for v in by_c_name(variables))
     return f"; {len(variables)} variable(s): {decls}"
-
-
-def _by_c_name(v: Variable) -> str:
-    return v.c_name
 
 
 _PTX_VARIABLE = re.compile(
@@ -114,7 +120,7 @@ def ptx_variables(ptx: str, source: str | None = None) -> dict[str, Variable]:
 
 
 def _the_sources(name: str, words: set[str]) -> bool:
-    c_name = Variable(name, "", 0, None, ()).c_name
+    c_name = _c_name(name)
     return "<" not in c_name and not c_name.startswith(_TOOLKIT_NAMESPACES) and \
         c_name.rsplit("::", 1)[-1] in words
 
@@ -222,7 +228,7 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
     except BackendError as exc:
         if exc.result_name != "CUDA_ERROR_NOT_FOUND":
             raise
-        have = ", ".join(sorted(v.c_name for v in module.variables.values())) or "none known"
+        have = ", ".join(v.c_name for v in by_c_name(module.variables)) or "none known"
         raise ValidationError(f"{op}: {name!r} is not a variable of this module (it has: "
                               f"{have})") from None
     if declared is not None and declared.scalar_type is not None:
