@@ -3,6 +3,7 @@ span `module.variable` makes through a stand-in driver, and on a GPU read, writt
 
 import numpy as np
 import pytest
+from _stand_ins import RecordsFaults
 
 import tenferro as tf
 from tenferro import dtypes
@@ -133,7 +134,7 @@ def test_only_names_the_end_of_the_source_can_reach_are_probed():
 
 # --- module.variable through a stand-in driver ------------------------------------------------
 
-class _Session:
+class _Session(RecordsFaults):
     device = 3
 
     def __init__(self):
@@ -141,11 +142,6 @@ class _Session:
 
     def check_use(self, op):
         self.used.append(op)
-
-    def fault_seen(self, exc):
-        self.faults.append(exc)
-        return tf.KernelFault(f"{exc}; last launches: ['k']", exc.result_name, exc.result_code,
-                              ("k",))
 
 
 class _Module:
