@@ -847,13 +847,11 @@ def cuda_include_dirs() -> list[str]:
     The toolkit's own (cuda_fp16.h, ...) and, where present, CCCL's: CUDA 13's
     ``<cooperative_groups.h>`` and ``<cuda/std/...>`` include from it.
     """
-    found = None
     try:
         from cuda.pathfinder import find_nvidia_header_directory
-
-        found = find_nvidia_header_directory("cudart")
-    except Exception:
-        pass
+    except ImportError:
+        find_nvidia_header_directory = None
+    found = _header_dir(find_nvidia_header_directory, "cudart")
     if not found:
         for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
             if base and os.path.isfile(os.path.join(base, "include", "cuda_fp16.h")):
@@ -862,7 +860,19 @@ def cuda_include_dirs() -> list[str]:
     if not found:
         return []
     dirs = [str(found)]
-    cccl = os.path.join(str(found), "cccl")
-    if os.path.isdir(cccl):
-        dirs.append(cccl)
+    cccl = _header_dir(find_nvidia_header_directory, "cccl")
+    if not cccl and os.path.isdir(os.path.join(str(found), "cccl")):
+        cccl = os.path.join(str(found), "cccl")
+    if cccl and str(cccl) not in dirs:
+        dirs.append(str(cccl))
     return dirs
+
+
+def _header_dir(find: Any, name: str) -> str | None:
+    """cuda.pathfinder's directory for ``name``'s headers, or None where it finds none."""
+    if find is None:
+        return None
+    try:
+        return find(name)
+    except Exception:  # pathfinder refuses names it does not know in older releases
+        return None

@@ -57,6 +57,7 @@ class Graph:
             if timed is not None:
                 timed.before_launch(op)
             self._exec.launch(op)
+            s.launch_count += 1
             if timed is not None:
                 timed.after_launch(f"graph of {self.node_count} node(s)", None, op)
             s.liveness.hold(self)  # the graph and its owners live until the stream passes

@@ -95,7 +95,7 @@ def report(facts: dict[str, Any] | None = None) -> str:
 
 
 def session_facts(s: Any) -> dict[str, Any]:
-    """A session's state, device, stream, memory and last launches, as plain values.
+    """A session's state, device, stream, memory, launches and the last ones, as plain values.
 
     Never raises and never waits: a fact the driver does not give (no device, a faulted
     context) is left out. ``memory`` is tenferro's pool on the device while the session is open.
@@ -108,7 +108,8 @@ def session_facts(s: Any) -> dict[str, Any]:
         last = [display_name(n) for n in s.recent_launches]
     except RuntimeError:  # appended to by the session's thread while this one read it
         last = []
-    out: dict[str, Any] = {"device": s.device, "state": state, "last_launches": last}
+    out: dict[str, Any] = {"device": s.device, "state": state, "launches": s.launch_count,
+                           "last_launches": last}
     try:
         name, (major, minor), _ = _driver.device_summary(s.device)
         out["name"], out["arch"] = name, f"sm_{major}{minor}"
@@ -128,7 +129,7 @@ def _memory(stats: dict[str, int]) -> str:
 
 
 def session_repr(s: Any) -> str:
-    """``Session(device=0 'NVIDIA H200' sm_90, open, stream 0x..., memory ..., last: ...)``."""
+    """``Session(device=0 'NVIDIA H200' sm_90, open, stream, memory, 5 launch(es), last: ...)``."""
     try:
         f = session_facts(s)
     except AttributeError:  # a Session whose __init__ refused its arguments
@@ -139,8 +140,8 @@ def session_repr(s: Any) -> str:
         parts.append(f"stream 0x{f['stream']:x}")
     if "memory" in f:
         parts.append(_memory(f["memory"]))
-    if f["last_launches"]:
-        parts.append("last launches: " + ", ".join(f["last_launches"]))
+    if f["launches"]:
+        parts.append(f"{f['launches']} launch(es), last: " + ", ".join(f["last_launches"]))
     return f"Session({', '.join(parts)})"
 
 
@@ -156,7 +157,8 @@ def session_html(s: Any) -> str:
         rows.append(("stream", f"0x{f['stream']:x}"))
     if "memory" in f:
         rows.append(("memory", _memory(f["memory"])))
-    rows.append(("last launches", ", ".join(f["last_launches"]) or "none yet"))
+    rows.append(("launches", f"{f['launches']}; last: {', '.join(f['last_launches'])}"
+                 if f["launches"] else "none yet"))
     cells = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>"
                     for k, v in rows)
     return f"<b>tenferro Session</b><table>{cells}</table>"

@@ -234,6 +234,7 @@ def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
         live.hold(replaced)
     live.hold(spans)  # always: a capture's graph takes its owners from here
     s.recent_launches.append(fn.name)
+    s.launch_count += 1
 
 
 class BoundLaunch:
@@ -288,6 +289,7 @@ class BoundLaunch:
             if err:
                 _driver.raise_launch_error(err, "bound_launch")
             s.recent_launches.append(self._name)
+            s.launch_count += 1
             live = s.liveness
             if self._held_generation != live.generation:  # once per holds list, not per call
                 self._held_generation = live.generation  # before: a fence in hold moves it on
@@ -310,6 +312,7 @@ class BoundLaunch:
         if timed is not None:
             timed.after_launch(self._name, self.config, "bound_launch")
         s.recent_launches.append(self._name)
+        s.launch_count += 1
         s.liveness.hold(self)  # always: during a capture the graph takes its owners from them
 
     def update(self, index: int, arg: Any) -> None:

@@ -72,6 +72,7 @@ class Session:
         self._modules: list[Module] = []
         self.liveness = Liveness(0, FENCE_EVERY, FENCE_BYTES)  # its stream is set on entry
         self.recent_launches: collections.deque[str] = collections.deque(maxlen=8)
+        self.launch_count = 0  # kernels and graphs enqueued, for repr(s)
         self.faulted = False
         self.fast_path_ok = False  # open, not faulted, not capturing: the launch fast path may run
         self.resources = ResourceCache()
@@ -256,6 +257,7 @@ class Session:
             if err:
                 _driver.raise_launch_error(err, "session.launch")
             self.recent_launches.append(fn.name)
+            self.launch_count += 1
         except KernelFault as exc:  # no cost unless raised: a fence query or the launch saw it
             raise self.fault_seen(exc) from None
         except TypeError:  # no cost unless raised: args that are not a list or tuple

@@ -105,3 +105,33 @@ def test_a_record_gone_leaves_a_newer_one_at_its_address():
     assert address in _driver._record_calls
     del a
     assert address not in _driver._record_calls
+
+
+def _pathfinder_answers(monkeypatch, answers):
+    """cuda.pathfinder's header lookup, answering from ``answers`` (a missing name raises)."""
+    import cuda.pathfinder
+
+    def find(name):
+        if name not in answers:
+            raise RuntimeError(f"no such header library {name!r}")
+        return answers[name]
+
+    monkeypatch.setattr(cuda.pathfinder, "find_nvidia_header_directory", find)
+
+
+def test_cccl_headers_are_found_where_pathfinder_puts_them(monkeypatch, tmp_path):
+    """A CCCL wheel installed apart from the toolkit headers (another site directory) is used."""
+    (tmp_path / "toolkit").mkdir()
+    (tmp_path / "elsewhere" / "cccl").mkdir(parents=True)
+    _pathfinder_answers(monkeypatch, {"cudart": str(tmp_path / "toolkit"),
+                                      "cccl": str(tmp_path / "elsewhere" / "cccl")})
+    assert _driver.cuda_include_dirs() == [str(tmp_path / "toolkit"),
+                                           str(tmp_path / "elsewhere" / "cccl")]
+
+
+def test_cccl_beside_the_toolkit_headers_is_used_when_pathfinder_knows_no_cccl(monkeypatch,
+                                                                                  tmp_path):
+    _pathfinder_answers(monkeypatch, {"cudart": str(tmp_path)})
+    assert _driver.cuda_include_dirs() == [str(tmp_path)]  # no cccl anywhere: the toolkit alone
+    (tmp_path / "cccl").mkdir()
+    assert _driver.cuda_include_dirs() == [str(tmp_path), str(tmp_path / "cccl")]

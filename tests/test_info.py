@@ -120,6 +120,7 @@ def _session(open_=True, faulted=False, entered=True, stats=None, launches=()):
 
     s = tf.Session(device=1)
     s.recent_launches.extend(launches)
+    s.launch_count = {2: 12}.get(len(launches), len(launches))  # more than the last few kept
     s.faulted = faulted
     if entered:
         s.thread = 1
@@ -144,10 +145,11 @@ def test_an_open_session_names_its_device_stream_memory_and_last_launches(monkey
                         "used_bytes_high": 0, "reserved_bytes_high": 0},
                  launches=["axpy", "_ZN3ops8add_biasEPfPKfii"])
     assert repr(s) == ("Session(device=1 'NVIDIA H200' sm_90, open, stream 0x5abc, 3.0 MiB used "
-                       "of 32.0 MiB reserved, last launches: axpy, ops::add_bias)")
+                       "of 32.0 MiB reserved, 12 launch(es), last: axpy, ops::add_bias)")
     page = s._repr_html_()
     for cell in ("<td>1: NVIDIA H200 (sm_90)</td>", "<td>open</td>", "<td>0x5abc</td>",
-                 "<td>3.0 MiB used of 32.0 MiB reserved</td>", "<td>axpy, ops::add_bias</td>"):
+                 "<td>3.0 MiB used of 32.0 MiB reserved</td>",
+                 "<td>12; last: axpy, ops::add_bias</td>"):
         assert cell in page
 
 
@@ -160,9 +162,9 @@ def test_a_session_says_what_state_it_is_in_and_leaves_out_what_the_driver_refus
     assert repr(_session(open_=False, entered=False)) == "Session(device=1, not entered)"
     assert repr(_session(open_=False)) == "Session(device=1, closed)"
     faulted = _session(faulted=True, stats=None, launches=["k"])
-    assert repr(faulted) == "Session(device=1, faulted, stream 0x5abc, last launches: k)"
+    assert repr(faulted) == "Session(device=1, faulted, stream 0x5abc, 1 launch(es), last: k)"
     assert "<td>none yet</td>" in _session(open_=False)._repr_html_()
-    assert info.session_facts(faulted) == {"device": 1, "state": "faulted",
+    assert info.session_facts(faulted) == {"device": 1, "state": "faulted", "launches": 1,
                                            "last_launches": ["k"], "stream": 0x5ABC}
 
 
@@ -189,7 +191,7 @@ def test_a_real_session_reads_as_its_device_memory_and_launches(session):
     assert text.startswith(f"Session(device={session.device} {name!r} sm_{major}{minor}, open, "
                            f"stream 0x{session.stream_handle:x}, ")
     assert " used of " in text and " MiB reserved, " in text  # a pool holds whole MiBs
-    assert text.endswith("last launches: twice)")
+    assert text.endswith("1 launch(es), last: twice)")
     assert info.session_facts(session)["memory"]["used_bytes"] >= 4096 * 4
 
 
