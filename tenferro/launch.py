@@ -234,7 +234,8 @@ def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
         live.hold(replaced)
     live.hold(spans)  # always: a capture's graph takes its owners from here
     s.recent_launches.append(fn.name)
-    s.launch_count += 1
+    if not live.capturing:  # a captured launch runs when its graph does
+        s.launch_count += 1
 
 
 class BoundLaunch:
@@ -312,8 +313,10 @@ class BoundLaunch:
         if timed is not None:
             timed.after_launch(self._name, self.config, "bound_launch")
         s.recent_launches.append(self._name)
-        s.launch_count += 1
-        s.liveness.hold(self)  # always: during a capture the graph takes its owners from them
+        live = s.liveness
+        if not live.capturing:  # a captured launch runs when its graph does
+            s.launch_count += 1
+        live.hold(self)  # always: during a capture the graph takes its owners from them
 
     def update(self, index: int, arg: Any) -> None:
         """Replace argument ``index``; only that slot is checked (and overlaps against the rest).

@@ -72,7 +72,7 @@ class Session:
         self._modules: list[Module] = []
         self.liveness = Liveness(0, FENCE_EVERY, FENCE_BYTES)  # its stream is set on entry
         self.recent_launches: collections.deque[str] = collections.deque(maxlen=8)
-        self.launch_count = 0  # kernels and graphs enqueued, for repr(s)
+        self.launch_count = 0  # kernels and graph replays enqueued (not captured), for repr(s)
         self.faulted = False
         self.fast_path_ok = False  # open, not faulted, not capturing: the launch fast path may run
         self.resources = ResourceCache()

@@ -193,6 +193,19 @@ def test_a_real_session_reads_as_its_device_memory_and_launches(session):
     assert " used of " in text and " MiB reserved, " in text  # a pool holds whole MiBs
     assert text.endswith("1 launch(es), last: twice)")
     assert info.session_facts(session)["memory"]["used_bytes"] >= 4096 * 4
+    twice, ym, cfg = fill.function("twice"), session.tensor_mut(y), tf.LaunchConfig(1, 256)
+    same = [ym, tf.u32(256)]
+    session.launch(twice, cfg, same)  # the checked path (a new argument list)
+    session.launch(twice, cfg, same)  # the fast path (the same list again)
+    bound = session.bind(twice, cfg, [ym, tf.u32(256)])
+    bound()
+    with session.capture() as cap:
+        session.launch(twice, cfg, [ym, tf.u32(256)])  # captured: not launched
+    cap.graph.launch()
+    assert info.session_facts(session)["launches"] == 5  # every path counts, capture does not
+    np.testing.assert_array_equal(session.download(y),
+                                  np.linspace(-1.0, 1.0, 4096, dtype=np.float32)
+                                  * np.where(np.arange(4096) < 256, 64, 1).astype(np.float32))
 
 
 def test_a_session_whose_arguments_were_refused_still_reads():
