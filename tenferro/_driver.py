@@ -16,6 +16,7 @@ from .errors import BackendError, KernelFault, RuntimeStateError
 
 __all__ = [  # what the other modules use; nothing else crosses the seam
     "ExecutableGraph",
+    "ExtendedLaunchRecord",
     "LaunchRecord",
     "MEMORY_DEVICE",
     "MEMORY_HOST",
@@ -39,11 +40,13 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "event_synchronize",
     "func_attribute",
     "func_param_layout",
+    "func_set_attribute",
     "func_set_max_dynamic_shared",
     "graph_destroy",
     "graph_node_count",
     "kernel_function",
     "launcher",
+    "max_active_clusters",
     "mem_free",
     "mem_free_async",
     "mem_get_info",
@@ -531,6 +534,18 @@ def occupancy_blocks(func: int, threads: int, shared_mem_bytes: int, op: str) ->
         _cu.CUfunction(func), threads, shared_mem_bytes)))
 
 
+def func_set_attribute(func: int, name: str, value: int, op: str) -> None:
+    """Set a function attribute by its CU_FUNC_ATTRIBUTE_ suffix."""
+    attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
+    _check(op, _cu.cuFuncSetAttribute(_cu.CUfunction(func), attr, value))
+
+
+def max_active_clusters(func: int, dims: tuple, cluster: tuple, stream: int, op: str) -> int:
+    """Clusters of this launch shape that can run at once on the device (0: none fits)."""
+    config = _launch_config(dims, stream, cluster, False)
+    return int(_check(op, _cu.cuOccupancyMaxActiveClusters(_cu.CUfunction(func), config)))
+
+
 def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:
     """Allow ``nbytes`` of dynamic shared memory for ``func`` (needed above 48 KiB)."""
     attr = _FA.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -642,13 +657,69 @@ class LaunchRecord:
             pass
 
 
-def launcher() -> Any:
+def _launch_config(dims: tuple, stream: int, cluster: tuple | None, cooperative: bool) -> Any:
+    """The CUlaunchConfig of cuLaunchKernelEx: ``dims`` (grid, block, shared memory), attributes."""
+    config = _cu.CUlaunchConfig()
+    (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
+     config.blockDimZ, config.sharedMemBytes) = dims
+    config.hStream = _cu.CUstream(stream)
+    attrs = []
+    if cluster is not None:
+        a = _cu.CUlaunchAttribute()
+        a.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        attrs.append(a)
+    if cooperative:
+        a = _cu.CUlaunchAttribute()
+        a.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        a.value.cooperative = 1
+        attrs.append(a)
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
+    return config
+
+
+class ExtendedLaunchRecord:
+    """A launch with thread-block clusters or cooperative (grid-wide sync): cuLaunchKernelEx.
+
+    Read by `launcher(extended=True)` only; the plain launchers, the @njit one included, never
+    see it (its address is not among theirs).
+    """
+
+    __slots__ = ("__weakref__", "_call", "address")
+
+    def __init__(self, func: int, dims: tuple, stream: int, params: int,
+                 cluster: tuple | None, cooperative: bool) -> None:
+        self._call = (_launch_config(dims, stream, cluster, cooperative), _cu.CUfunction(func),
+                      params, 0)
+        self.address = id(self._call)
+        _extended_calls[self.address] = self._call
+
+    def __del__(self) -> None:
+        try:
+            if _extended_calls.get(self.address) is self._call:
+                del _extended_calls[self.address]
+        except Exception:  # never raise from a finaliser (at exit the dict may be gone)
+            pass
+
+
+_extended_calls: dict[int, tuple] = {}  # ExtendedLaunchRecord address -> its call's arguments
+
+
+def _extended_launcher(record: int) -> int:
+    return int(_cu.cuLaunchKernelEx(*_extended_calls[record])[0])
+
+
+def launcher(extended: bool = False) -> Any:
     """The kernel launcher now: ``f(record_address) -> CUresult as int`` (0: success).
 
-    The @njit launcher once it is built, else the cuda.bindings one, which hands over to it as
-    soon as it is ready (callers that keep a launcher ask again at their next synchronize).
+    For a `LaunchRecord`, the @njit launcher once it is built, else the cuda.bindings one,
+    which hands over to it as soon as it is ready (callers that keep a launcher ask again at
+    their next synchronize); for an `ExtendedLaunchRecord` (``extended``), cuLaunchKernelEx.
     `raise_launch_error` makes the exception.
     """
+    if extended:
+        return _extended_launcher
     return _fast_launch or _bindings_launcher
 
 

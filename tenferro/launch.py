@@ -19,8 +19,8 @@ from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
 
-__all__ = ["BoundLaunch", "LaunchConfig", "check_against", "choose_config", "launch_checked",
-           "launchable"]
+__all__ = ["BoundLaunch", "LaunchConfig", "check_against", "check_launch", "choose_config",
+           "launch_checked", "launchable"]
 
 _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
@@ -46,15 +46,22 @@ def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
 class LaunchConfig:
     """Grid and block dimensions and dynamic shared memory of one launch; immutable.
 
+    ``cluster=(x, y, z)`` groups blocks into thread-block clusters (sm_90 and later: blocks of
+    a cluster share distributed shared memory); ``cooperative=True`` makes a launch whose blocks
+    all run at once, as ``cooperative_groups::this_grid().sync()`` needs. Both launch through
+    cuLaunchKernelEx; a config with neither takes the plain launch path.
+
     Refused at construction (`ValidationError`): a dimension below 1, more than 1024 threads a
     block (or a block dimension past 1024, 1024, 64), a grid x past 2**31-1 or y/z past 65535,
-    negative shared memory.
+    negative shared memory, a grid that is not a whole number of clusters.
     """
 
-    __slots__ = ("block", "dims", "grid", "shared_mem_bytes", "threads_per_block")
+    __slots__ = ("block", "cluster", "cooperative", "dims", "extended", "grid",
+                 "shared_mem_bytes", "threads_per_block")
 
     def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...],
-                 shared_mem_bytes: int = 0) -> None:
+                 shared_mem_bytes: int = 0, *, cluster: int | tuple[int, ...] | None = None,
+                 cooperative: bool = False) -> None:
         op = "LaunchConfig"
         g = _dim3(grid, "grid", op)
         b = _dim3(block, "block", op)
@@ -70,11 +77,20 @@ class LaunchConfig:
                 not 0 <= shared_mem_bytes <= _MAX_SHARED_ARG:
             raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int from 0 to "
                                   f"{_MAX_SHARED_ARG} (the driver takes 32 bits)")
+        c = None if cluster is None else _dim3(cluster, "cluster", op)
+        if c is not None and any(gd % cd for gd, cd in zip(g, c, strict=True)):
+            raise ValidationError(f"{op}: grid={g} is not a whole number of clusters of "
+                                  f"cluster={c} in every dimension")
+        if cooperative is not True and cooperative is not False:
+            raise ValidationError(f"{op}: {cooperative=} must be True or False")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared_mem_bytes", shared_mem_bytes)
         object.__setattr__(self, "threads_per_block", threads)
         object.__setattr__(self, "dims", (*g, *b, shared_mem_bytes))  # as the launcher takes
+        object.__setattr__(self, "cluster", c)
+        object.__setattr__(self, "cooperative", cooperative)
+        object.__setattr__(self, "extended", c is not None or cooperative)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("LaunchConfig is immutable")
@@ -108,16 +124,46 @@ class LaunchConfig:
                                   f"{type(function).__name__}")
         return choose_config(function, n, shared_mem_bytes, op)
 
+    @classmethod
+    def resident(cls, function: Function, block: int | tuple[int, ...],
+                 shared_mem_bytes: int = 0) -> LaunchConfig:
+        """A cooperative launch of as many blocks as run at once on the device (1-D grid).
+
+        The grid a kernel that synchronizes the whole grid (``this_grid().sync()``, numba's
+        ``cuda.cg.this_grid().sync()``) can have: blocks a multiprocessor times their count.
+        """
+        op = "LaunchConfig.resident"
+        if type(function) is not Function:
+            raise ValidationError(f"{op}: function must be a Function of a module, got "
+                                  f"{type(function).__name__}")
+        function.session.check_use(op)
+        probe = cls(1, block, shared_mem_bytes)
+        check_against(probe, function, op)  # the shape alone: a grid-sync kernel's too
+        try:
+            blocks = function.resident_blocks(probe, op)
+        except KernelFault as exc:
+            raise function.session.fault_seen(exc) from None
+        if blocks < 1:
+            raise ValidationError(f"{op}: no block of block={probe.block} with "
+                                  f"shared_mem_bytes={shared_mem_bytes} of "
+                                  f"{display_name(function.name)!r} fits on this device")
+        return cls(blocks, block, shared_mem_bytes, cooperative=True)
+
+    def _key(self) -> tuple:
+        return self.grid, self.block, self.shared_mem_bytes, self.cluster, self.cooperative
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LaunchConfig) and (self.grid, self.block, self.shared_mem_bytes) \
-            == (other.grid, other.block, other.shared_mem_bytes)
+        return isinstance(other, LaunchConfig) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.grid, self.block, self.shared_mem_bytes))
+        return hash(self._key())
 
     def __repr__(self) -> str:
+        extra = "" if self.cluster is None else f", cluster={self.cluster}"
+        if self.cooperative:
+            extra += ", cooperative=True"
         return (f"LaunchConfig(grid={self.grid}, block={self.block}, "
-                f"shared_mem_bytes={self.shared_mem_bytes})")
+                f"shared_mem_bytes={self.shared_mem_bytes}{extra})")
 
 
 def check_against(config: LaunchConfig, fn: Any, op: str) -> None:
@@ -139,6 +185,55 @@ def check_against(config: LaunchConfig, fn: Any, op: str) -> None:
                 f"{op}: shared_mem_bytes={dyn} exceeds what {fn.name!r} can have on this device "
                 f"({optin} bytes dynamic beside {fn.static_shared_bytes} static)")
         fn.raise_dynamic_shared(dyn)
+
+
+def check_launch(config: LaunchConfig, fn: Any, op: str) -> None:
+    """`check_against`, and clusters and grid-wide sync against the device and the kernel.
+
+    ``fn`` provides also ``compiled_cluster()``, ``grid_sync``, ``active_clusters(config, op)``,
+    ``resident_blocks(config, op)`` and ``session.context`` (its device's attributes).
+    """
+    check_against(config, fn, op)
+    name = display_name(fn.name)
+    compiled = fn.compiled_cluster()
+    if compiled is not None:
+        if config.cluster is not None and config.cluster != compiled:
+            raise ValidationError(f"{op}: cluster={config.cluster} but {name!r} was compiled "
+                                  f"with __cluster_dims__{compiled}; give that cluster or none")
+        if any(g % c for g, c in zip(config.grid, compiled, strict=True)):
+            raise ValidationError(f"{op}: grid={config.grid} is not a whole number of the "
+                                  f"clusters {compiled} that {name!r} was compiled with")
+    if fn.grid_sync and not config.cooperative:
+        raise ValidationError(f"{op}: {name!r} synchronizes the whole grid; launch it with "
+                              "LaunchConfig(..., cooperative=True) (LaunchConfig.resident "
+                              "gives the largest such grid)")
+    if not config.extended:
+        return
+    ctx = fn.session.context
+    if config.cluster is not None:
+        if not ctx.attribute("CLUSTER_LAUNCH"):
+            major, minor = ctx.compute_capability
+            raise ValidationError(f"{op}: cluster={config.cluster} needs thread-block clusters "
+                                  f"(sm_90 or later); this device is sm_{major}{minor}")
+        size = config.cluster[0] * config.cluster[1] * config.cluster[2]
+        if size > 16 or not fn.active_clusters(config, op):
+            raise ValidationError(
+                f"{op}: clusters of {size} blocks of block={config.block} with "
+                f"shared_mem_bytes={config.shared_mem_bytes} cannot run {name!r} on this "
+                "device: a cluster's blocks must fit on one group of multiprocessors at once "
+                "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)")
+    if config.cooperative:
+        if not ctx.attribute("COOPERATIVE_LAUNCH"):
+            raise ValidationError(f"{op}: cooperative=True: this device cannot launch "
+                                  "cooperatively")
+        blocks = config.grid[0] * config.grid[1] * config.grid[2]
+        most = fn.resident_blocks(config, op)
+        if blocks > most:
+            raise ValidationError(
+                f"{op}: cooperative grid={config.grid} has {blocks} blocks but at most "
+                f"{most} of block={config.block} with shared_mem_bytes="
+                f"{config.shared_mem_bytes} run at once on this device; every block of a "
+                "cooperative launch must (LaunchConfig.resident gives the largest grid)")
 
 
 def choose_config(fn: Any, n: int, shared_mem_bytes: int | Callable[[int], int],
@@ -205,9 +300,9 @@ def launchable(s: Any, fn: Any, config: Any, args: list | tuple, op: str) -> Fun
         raise ValidationError(f"{op}: config must be a LaunchConfig, got "
                               f"{type(config).__name__}")
     if config not in fn.checked_configs:
-        check_against(config, fn, op)
+        check_launch(config, fn, op)
         fn.checked_configs.add(config)
-    if fn.last_config is not config:
+    if fn.record_config is not config:
         fn.use_config(config, s.stream)
     return fn
 
@@ -224,7 +319,7 @@ def launch_checked(s: Any, fn: Any, config: Any, args: list | tuple) -> None:
     timed = s.active_timeline  # set only inside s.timeline(), which keeps launches here
     if timed is not None:
         timed.before_launch(op)
-    err = s.launcher(fn.record_address)
+    err = (_driver.launcher(True) if config.extended else s.launcher)(fn.record_address)
     if err:
         _driver.raise_launch_error(err, op)
     if timed is not None:
@@ -270,11 +365,16 @@ class BoundLaunch:
         self._param_block = fn.param_block.fresh()
         self.args = list(args)
         self.spans = self._param_block.pack(self.args, session, op)
-        self._record = _driver.LaunchRecord(fn.handle, config.dims, session.stream,
-                                            self._param_block.address)
+        if config.extended:
+            self._record = _driver.ExtendedLaunchRecord(
+                fn.handle, config.dims, session.stream, self._param_block.address,
+                config.cluster, config.cooperative)
+        else:
+            self._record = _driver.LaunchRecord(fn.handle, config.dims, session.stream,
+                                                self._param_block.address)
         self._record_address = self._record.address
         self._name = fn.name
-        self._launch = _driver.launcher()
+        self._launch = _driver.launcher(config.extended)
         self._held_generation = -1  # the session's holds generation this launch is held in
 
     def __call__(self) -> None:
@@ -295,7 +395,7 @@ class BoundLaunch:
             if self._held_generation != live.generation:  # once per holds list, not per call
                 self._held_generation = live.generation  # before: a fence in hold moves it on
                 live.hold(self)
-                self._launch = _driver.launcher()  # the @njit one, once it is built
+                self._launch = _driver.launcher(self.config.extended)  # @njit once built
         except KernelFault as exc:  # the launch or a fence query saw a fault
             raise s.fault_seen(exc) from None
 

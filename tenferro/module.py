@@ -287,6 +287,7 @@ def _write_cache(path: Path, entry: dict) -> None:
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a launch has without opting in
 _NO_CONFIG = object()  # Function.last_config before any config was checked
+_UNREAD = object()  # a fact the driver has not been asked for yet
 _PTX_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 
 
@@ -453,9 +454,11 @@ class Function:
 
     __slots__ = (
         "__weakref__",
+        "_compiled_cluster",
         "checked_configs",
         "device_shared_optin",
         "dynamic_shared_limit",
+        "grid_sync",
         "handle",
         "last_config",
         "max_threads_per_block",
@@ -464,13 +467,14 @@ class Function:
         "param_block",
         "record",
         "record_address",
+        "record_config",
         "session",
         "signature",
         "static_shared_bytes",
     )
 
     def __init__(self, module: Any, name: str, handle: int, sig: Signature,
-                 param_block: Any = None) -> None:
+                 param_block: Any = None, *, grid_sync: bool = False) -> None:
         from .args import ParamBlock  # args sits above signature; imported once here
 
         self.module = module
@@ -492,15 +496,57 @@ class Function:
         self.last_config: Any = _NO_CONFIG
         self.record: Any = None
         self.record_address: int = 0
+        self.record_config: Any = _NO_CONFIG  # the config `record` was made for
+        self.grid_sync = grid_sync  # synchronizes the whole grid: launched cooperatively only
+        self._compiled_cluster: Any = _UNREAD
         # The session makes the parameter block forget its last arguments when it synchronizes.
         self.session.liveness.add_cache(self.param_block)
 
     def use_config(self, config: Any, stream: int) -> None:
-        """Make the launcher's record for ``config`` (checked by the caller) on ``stream``."""
-        self.record = _driver.LaunchRecord(self.handle, config.dims, stream,
-                                           self.param_block.address)
+        """Make the launcher's record for ``config`` (checked by the caller) on ``stream``.
+
+        A config with clusters or a cooperative launch gets an extended record, which only
+        the checked launch path reads: `last_config`, what the fast path compares, stays unset.
+        """
+        if config.extended:
+            self.record = _driver.ExtendedLaunchRecord(
+                self.handle, config.dims, stream, self.param_block.address, config.cluster,
+                config.cooperative)
+            self.last_config = _NO_CONFIG
+        else:
+            self.record = _driver.LaunchRecord(self.handle, config.dims, stream,
+                                               self.param_block.address)
+            self.last_config = config
         self.record_address = self.record.address
-        self.last_config = config
+        self.record_config = config
+
+    def compiled_cluster(self) -> tuple[int, int, int] | None:
+        """The cluster shape the kernel was compiled with (``__cluster_dims__``), or None."""
+        if self._compiled_cluster is _UNREAD:
+            dims = None
+            if self.session.context.compute_capability >= (9, 0):  # no clusters before sm_90
+                dims = tuple(_driver.func_attribute(self.handle, "REQUIRED_CLUSTER_" + d)
+                             for d in ("WIDTH", "HEIGHT", "DEPTH"))
+            self._compiled_cluster = dims if dims and dims[0] else None
+        return self._compiled_cluster
+
+    def resident_blocks(self, config: Any, op: str) -> int:
+        """Blocks of ``config``'s shape that run at once on the whole device (checked config)."""
+        per_sm = _driver.occupancy_blocks(self.handle, config.threads_per_block,
+                                          config.shared_mem_bytes, op)
+        return per_sm * self.session.context.attribute("MULTIPROCESSOR_COUNT")
+
+    def active_clusters(self, config: Any, op: str) -> int:
+        """Clusters of ``config``'s shape that run at once on the device (0: none fits).
+
+        Above 8 blocks a cluster (the portable size) the kernel is opted in first, as a launch
+        above 48 KiB of shared memory is.
+        """
+        size = config.cluster[0] * config.cluster[1] * config.cluster[2]
+        if size > 8:
+            _driver.func_set_attribute(self.handle, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1, op)
+        return _driver.max_active_clusters(self.handle, config.dims, config.cluster,
+                                           self.session.stream, op)
 
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""

@@ -331,8 +331,8 @@ def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
 def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Any:
     """Compile ``dispatcher`` for ``sig`` (argument types or a signature string) in ``session``.
 
-    Refused: kernels that need a cooperative launch (grid sync), and kernels whose code depends
-    on the launch configuration.
+    A kernel that uses grid sync launches only with ``cooperative=True``. Refused: kernels
+    whose code depends on the launch configuration.
     """
     from numba.cuda.core import sigutils
 
@@ -351,9 +351,6 @@ def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: 
         kern = dispatcher.compile(argtypes)
         kern.bind()
         cufunc = kern._codelibrary.get_cufunc()
-    if kern.cooperative:
-        raise ValidationError(f"{op}: numba kernel {name!r} uses grid sync and needs a "
-                              "cooperative launch, which s.launch does not do")
     if getattr(kern, "launch_config_sensitive", False):
         raise ValidationError(f"{op}: numba kernel {name!r} is compiled per launch "
                               "configuration; s.launch cannot launch it")
@@ -361,7 +358,8 @@ def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: 
     writes = written_arrays(kern._type_annotation, len(specs))
     param_block = NumbaParamBlock(name, specs, psig, writes)
     handle = _driver.kernel_function(int(cufunc.handle), op)
-    return Function(_NumbaModule(session, kern), name, handle, psig, param_block)
+    return Function(_NumbaModule(session, kern), name, handle, psig, param_block,
+                    grid_sync=bool(kern.cooperative))
 
 
 def numba_kernel(s: Any, kernel: Any, signature: Any = None) -> Any:

@@ -135,3 +135,35 @@ def test_cccl_beside_the_toolkit_headers_is_used_when_pathfinder_knows_no_cccl(m
     assert _driver.cuda_include_dirs() == [str(tmp_path)]  # no cccl anywhere: the toolkit alone
     (tmp_path / "cccl").mkdir()
     assert _driver.cuda_include_dirs() == [str(tmp_path), str(tmp_path / "cccl")]
+
+
+def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attributes(monkeypatch):
+    from cuda.bindings import driver as cu
+
+    seen = []
+    monkeypatch.setattr(cu, "cuLaunchKernelEx",
+                        lambda config, f, params, extra: seen.append(
+                            (config, int(f), params, extra)) or (cu.CUresult.CUDA_SUCCESS,))
+    rec = _driver.ExtendedLaunchRecord(0x1234, (4, 2, 1, 64, 2, 1, 512), 0x99, 0xABC0,
+                                       (2, 2, 1), True)
+    assert _driver.launcher(True)(rec.address) == 0
+    (config, f, params, extra), = seen
+    assert (f, params, extra) == (0x1234, 0xABC0, 0)
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX,
+            config.blockDimY, config.blockDimZ, config.sharedMemBytes) == (4, 2, 1, 64, 2, 1, 512)
+    assert int(config.hStream) == 0x99 and config.numAttrs == 2
+    cluster, coop = config.attrs
+    assert cluster.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (cluster.value.clusterDim.x, cluster.value.clusterDim.y,
+            cluster.value.clusterDim.z) == (2, 2, 1)
+    assert coop.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+    assert coop.value.cooperative == 1
+    with pytest.raises(KeyError):  # the plain launchers never take an extended record
+        _driver.launcher(False)(rec.address)
+    only_coop = _driver.ExtendedLaunchRecord(1, (1, 1, 1, 32, 1, 1, 0), 0, 0, None, True)
+    _driver.launcher(True)(only_coop.address)
+    assert seen[-1][0].numAttrs == 1
+    address = rec.address
+    del rec
+    with pytest.raises(KeyError):  # a record gone takes its call with it
+        _driver.launcher(True)(address)

@@ -574,3 +574,298 @@ def test_auto_picks_the_block_size_the_driver_would_and_computes(session, rng):
     assert attributes.binary_version == major * 10 + minor and attributes.registers > 0
     assert attributes.max_threads_per_block == axpy.max_threads_per_block <= 1024
     assert attributes.static_shared_bytes == 0 and attributes.local_bytes == 0
+
+
+# --- clusters and cooperative launches: the config, and its checks against a stand-in ---------
+
+def test_a_config_with_clusters_or_cooperation_is_extended_and_says_so():
+    plain = tf.LaunchConfig(8, 128)
+    clustered = tf.LaunchConfig((8, 2), 128, cluster=(2, 2))
+    coop = tf.LaunchConfig(8, 128, cooperative=True)
+    assert not plain.extended and plain.cluster is None and plain.cooperative is False
+    assert clustered.extended and clustered.cluster == (2, 2, 1)
+    assert coop.extended and coop.cooperative is True
+    assert repr(clustered) == ("LaunchConfig(grid=(8, 2, 1), block=(128, 1, 1), "
+                               "shared_mem_bytes=0, cluster=(2, 2, 1))")
+    assert repr(coop).endswith("shared_mem_bytes=0, cooperative=True)")
+    assert repr(plain).endswith("shared_mem_bytes=0)")
+    # Equal only with the same cluster and cooperation: a checked config is not reused for both.
+    assert len({plain, coop, tf.LaunchConfig(8, 128, cluster=1), tf.LaunchConfig(8, 128)}) == 3
+    assert tf.LaunchConfig(8, 128, cluster=(8,)) == tf.LaunchConfig(8, 128, cluster=8)
+
+
+@pytest.mark.parametrize(("kwargs", "msg"), [
+    ({"grid": 6, "cluster": 4}, r"grid=\(6, 1, 1\) is not a whole number of clusters of "
+                                r"cluster=\(4, 1, 1\)"),
+    ({"grid": (4, 3), "cluster": (2, 2)}, r"grid=\(4, 3, 1\) is not a whole number"),
+    ({"grid": 4, "cluster": 0}, r"cluster=0: every dimension must be >= 1"),
+    ({"grid": 4, "cluster": (1, 1, 1, 1)}, r"cluster=\(1, 1, 1, 1\) must be an int or a tuple"),
+    ({"grid": 4, "cluster": True}, r"cluster=True must be an int or a tuple"),
+    ({"grid": 4, "cooperative": 1}, r"cooperative=1 must be True or False"),
+    ({"grid": 4, "cooperative": None}, r"cooperative=None must be True or False"),
+])
+def test_a_config_refuses_clusters_that_do_not_tile_the_grid(kwargs, msg):
+    grid = kwargs.pop("grid")
+    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: " + msg):
+        tf.LaunchConfig(grid, 32, **kwargs)
+
+
+def test_a_config_takes_clusters_that_tile_the_grid():
+    assert tf.LaunchConfig(8, 32, cluster=4).cluster == (4, 1, 1)  # beside 6, refused above
+    assert tf.LaunchConfig((4, 4), 32, cluster=(2, 2)).cluster == (2, 2, 1)
+    assert tf.LaunchConfig(4, 32, cluster=(1, 1, 1)).cluster == (1, 1, 1)
+
+
+class _Context:
+    def __init__(self, clusters=True, cooperative=True, sms=132, cc=(9, 0)):
+        self.facts = {"CLUSTER_LAUNCH": int(clusters), "COOPERATIVE_LAUNCH": int(cooperative),
+                      "MULTIPROCESSOR_COUNT": sms}
+        self.compute_capability = cc
+
+    def attribute(self, name):
+        return self.facts[name]
+
+
+class _ClusterFn(_Fn):
+    """What check_launch reads beside check_against's: the kernel's clusters and residency."""
+
+    def __init__(self, compiled=None, grid_sync=False, clusters_fit=4, per_sm=2, **context):
+        super().__init__(max_threads=1024)
+        self.compiled, self.grid_sync, self.clusters_fit, self.per_sm = (
+            compiled, grid_sync, clusters_fit, per_sm)
+        self.session = type("S", (), {"context": _Context(**context)})()
+        self.asked = []
+
+    def compiled_cluster(self):
+        return self.compiled
+
+    def active_clusters(self, config, op):
+        self.asked.append(("clusters", config.cluster, op))
+        return self.clusters_fit
+
+    def resident_blocks(self, config, op):
+        self.asked.append(("resident", config.threads_per_block, config.shared_mem_bytes, op))
+        return self.per_sm * self.session.context.facts["MULTIPROCESSOR_COUNT"]
+
+
+def _check(config, fn):
+    from tenferro.launch import check_launch
+
+    check_launch(config, fn, "session.launch")
+
+
+def test_a_plain_config_asks_the_driver_nothing_more():
+    fn = _ClusterFn()
+    _check(tf.LaunchConfig(1000, 256), fn)
+    assert fn.asked == []
+
+
+def test_a_cooperative_grid_is_refused_past_what_runs_at_once():
+    fn = _ClusterFn(per_sm=2, sms=132)  # 264 blocks at once
+    _check(tf.LaunchConfig(264, 256, cooperative=True), fn)  # all of them: accepted
+    _check(tf.LaunchConfig((132, 2), 256, cooperative=True), fn)
+    assert fn.asked[0] == ("resident", 256, 0, "session.launch")
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: cooperative grid=\(265, 1, "
+                                                 r"1\) has 265 blocks but at most 264 of "
+                                                 r"block=\(256, 1, 1\) with shared_mem_bytes=0 "
+                                                 r"run at once on this device"):
+        _check(tf.LaunchConfig(265, 256, cooperative=True), fn)
+    with pytest.raises(tf.ValidationError, match=r"cooperative=True: this device cannot launch "
+                                                 r"cooperatively"):
+        _check(tf.LaunchConfig(1, 32, cooperative=True), _ClusterFn(cooperative=False))
+
+
+def test_a_grid_sync_kernel_is_launched_cooperatively_only():
+    fn = _ClusterFn(grid_sync=True)
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: 'k' synchronizes the whole "
+                                                 r"grid; launch it with LaunchConfig\(\.\.\., "
+                                                 r"cooperative=True\)"):
+        _check(tf.LaunchConfig(4, 32), fn)
+    assert fn.asked == []
+    _check(tf.LaunchConfig(4, 32, cooperative=True), fn)
+
+
+@pytest.mark.parametrize("size", [1, 8, 16])
+def test_clusters_up_to_16_blocks_are_asked_of_the_driver(size):
+    fn = _ClusterFn()
+    _check(tf.LaunchConfig(size * 2, 64, cluster=size), fn)
+    assert fn.asked == [("clusters", (size, 1, 1), "session.launch")]
+
+
+def test_clusters_past_16_blocks_or_that_do_not_fit_are_refused():
+    msg = (r"^session\.launch: clusters of {} blocks of block=\(64, 1, 1\) with "
+           r"shared_mem_bytes=0 cannot run 'k' on this device")
+    with pytest.raises(tf.ValidationError, match=msg.format(32)):
+        _check(tf.LaunchConfig((4, 8), 64, cluster=(4, 8)), _ClusterFn())
+    with pytest.raises(tf.ValidationError, match=msg.format(17)):
+        _check(tf.LaunchConfig(17, 64, cluster=17), _ClusterFn())
+    full = _ClusterFn(clusters_fit=0)  # the driver says none fits (its shared memory, say)
+    with pytest.raises(tf.ValidationError, match=msg.format(2)):
+        _check(tf.LaunchConfig(2, 64, cluster=2), full)
+    with pytest.raises(tf.ValidationError, match=r"cluster=\(2, 1, 1\) needs thread-block "
+                                                 r"clusters \(sm_90 or later\); this device is "
+                                                 r"sm_80"):
+        _check(tf.LaunchConfig(2, 64, cluster=2), _ClusterFn(clusters=False, cc=(8, 0)))
+
+
+def test_a_kernels_compiled_clusters_bind_every_launch_of_it():
+    fn = _ClusterFn(compiled=(2, 1, 1))
+    _check(tf.LaunchConfig(4, 64), fn)  # no cluster given: the compiled one, the grid tiles
+    _check(tf.LaunchConfig(4, 64, cluster=2), fn)  # the same cluster spelled out
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: grid=\(3, 1, 1\) is not a "
+                                                 r"whole number of the clusters \(2, 1, 1\) "
+                                                 r"that 'k' was compiled with"):
+        _check(tf.LaunchConfig(3, 64), fn)
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: cluster=\(4, 1, 1\) but 'k' "
+                                                 r"was compiled with __cluster_dims__\(2, 1, 1\)"):
+        _check(tf.LaunchConfig(8, 64, cluster=4), fn)
+
+
+# --- clusters and cooperative launches on the GPU ----------------------------------------------
+
+CLUSTER_SRC = r'''
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// Each block reads the next block's shared memory in its cluster (distributed shared memory).
+extern "C" __global__ void next_in_cluster(unsigned* out) {
+    __shared__ unsigned mine;
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) mine = blockIdx.x * 1000u + cluster.block_rank();
+    cluster.sync();
+    unsigned next = (cluster.block_rank() + 1) % cluster.num_blocks();
+    unsigned* theirs = cluster.map_shared_rank(&mine, next);
+    unsigned v = *theirs;
+    cluster.sync();  // no block leaves while another may still read its shared memory
+    if (threadIdx.x == 0) out[blockIdx.x] = v;
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) pairs(unsigned* out) {
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) out[blockIdx.x] = cluster.block_rank() * 10u + cluster.num_blocks();
+}
+
+// Sums x: every block's part, a grid-wide barrier, then one thread adds the parts in order.
+extern "C" __global__ void grid_sum(unsigned long long* partial, unsigned long long* total,
+                                    const unsigned* x, unsigned n) {
+    cg::grid_group grid = cg::this_grid();
+    __shared__ unsigned long long acc;
+    if (threadIdx.x == 0) acc = 0;
+    __syncthreads();
+    unsigned long long mine = 0;
+    for (unsigned long long i = grid.thread_rank(); i < n; i += grid.size()) mine += x[i];
+    atomicAdd(&acc, mine);
+    __syncthreads();
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+    grid.sync();
+    if (grid.thread_rank() == 0) {
+        unsigned long long t = 0;
+        for (unsigned b = 0; b < gridDim.x; ++b) t += partial[b];
+        *total = t;
+    }
+}
+'''
+
+
+def _needs_clusters(session):
+    if session.context.compute_capability < (9, 0):
+        pytest.skip("thread-block clusters need sm_90 or later")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [1, 2, 4, 8, 16])
+def test_a_cluster_launch_shares_memory_across_its_blocks(session, size):
+    _needs_clusters(session)
+    fn = session.compile(CLUSTER_SRC).function("next_in_cluster")
+    grid = 64
+    out = session.upload(np.full(grid, 0xDEADBEEF, dtype=np.uint32))  # poison: all written
+    cfg = tf.LaunchConfig(grid, 32, cluster=size)
+    session.launch(fn, cfg, [session.tensor_mut(out)])
+    session.launch(fn, cfg, [session.tensor_mut(out)])  # again: the checked path, not the fast
+    b = np.arange(grid)
+    rank = b % size
+    nxt = (rank + 1) % size
+    np.testing.assert_array_equal(session.download(out), ((b - rank + nxt) * 1000 + nxt))
+    bound = session.bind(fn, cfg, [session.tensor_mut(out)])
+    bound()
+    np.testing.assert_array_equal(session.download(out), ((b - rank + nxt) * 1000 + nxt))
+
+
+@pytest.mark.gpu
+def test_cluster_refusals_on_the_device(session):
+    _needs_clusters(session)
+    m = session.compile(CLUSTER_SRC)
+    fn, pairs = m.function("next_in_cluster"), m.function("pairs")
+    out = session.upload(np.full(64, 7, dtype=np.uint32))
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: clusters of 32 blocks of "
+                                                 r"block=\(32, 1, 1\) with shared_mem_bytes=0 "
+                                                 r"cannot run 'next_in_cluster'"):
+        session.launch(fn, tf.LaunchConfig(64, 32, cluster=32), [session.tensor_mut(out)])
+    with pytest.raises(tf.ValidationError, match=r"session\.bind: grid=\(3, 1, 1\) is not a "
+                                                 r"whole number of the clusters \(2, 1, 1\) "
+                                                 r"that 'pairs' was compiled with"):
+        session.bind(pairs, tf.LaunchConfig(3, 32), [session.tensor_mut(out)])
+    with pytest.raises(tf.ValidationError, match=r"cluster=\(4, 1, 1\) but 'pairs' was compiled "
+                                                 r"with __cluster_dims__\(2, 1, 1\)"):
+        session.launch(pairs, tf.LaunchConfig(4, 32, cluster=4), [session.tensor_mut(out)])
+    np.testing.assert_array_equal(session.download(out), np.full(64, 7))  # nothing ran
+    session.launch(pairs, tf.LaunchConfig(64, 32), [session.tensor_mut(out)])  # plain launch
+    np.testing.assert_array_equal(session.download(out), np.tile([2, 12], 32))
+
+
+@pytest.mark.gpu
+def test_a_cooperative_grid_sum_is_exact_and_its_grid_bounded(session, rng):
+    fn = session.compile(CLUSTER_SRC).function("grid_sum")
+    cfg = tf.LaunchConfig.resident(fn, 256)
+    sms = session.context.attribute("MULTIPROCESSOR_COUNT")
+    assert cfg.cooperative and cfg.grid[0] % sms == 0 and cfg.block == (256, 1, 1)
+    assert cfg.grid[0] == fn.occupancy(256).blocks_per_multiprocessor * sms
+    n = 3_000_017
+    x0 = rng.integers(0, 2**32, n, dtype=np.uint32)
+    x = session.upload(x0)
+    partial = session.upload(np.full(cfg.grid[0], 2**64 - 1, dtype=np.uint64))
+    total = session.upload(np.array([2**64 - 1], dtype=np.uint64))
+    args = [session.tensor_mut(partial), session.tensor_mut(total), session.tensor(x), tf.u32(n)]
+    session.launch(fn, cfg, args)
+    want = int(x0.sum(dtype=np.uint64))
+    assert int(session.download(total)[0]) == want
+    assert int(session.download(partial).sum(dtype=np.uint64)) == want  # every part written
+    total2 = session.upload(np.array([2**64 - 1], dtype=np.uint64))
+    bound = session.bind(fn, cfg, [session.tensor_mut(partial), session.tensor_mut(total2),
+                                   session.tensor(x), tf.u32(n)])
+    bound()
+    assert int(session.download(total2)[0]) == want
+    most = cfg.grid[0]
+    with pytest.raises(tf.ValidationError, match=rf"session\.launch: cooperative grid=\({most + 1}"
+                                                 rf", 1, 1\) has {most + 1} blocks but at most "
+                                                 rf"{most} of block=\(256, 1, 1\)"):
+        session.launch(fn, tf.LaunchConfig(most + 1, 256, cooperative=True), args)
+    session.launch(fn, tf.LaunchConfig(most, 256, cooperative=True), args)  # the last accepted
+    assert int(session.download(total)[0]) == want
+
+
+@pytest.mark.gpu
+def test_a_numba_grid_sync_kernel_launches_cooperatively(session):
+    from numba import cuda
+
+    @cuda.jit
+    def rotate(x, out):
+        i = cuda.grid(1)
+        x[i] = 2 * i + 1
+        cuda.cg.this_grid().sync()  # every x written before any is read
+        out[i] = x[(i + 1) % x.size]
+
+    fn = session.numba_kernel(rotate, "void(int32[::1], int32[::1])")
+    assert fn.grid_sync
+    cfg = tf.LaunchConfig.resident(fn, 128)
+    n = cfg.grid[0] * 128
+    x = session.upload(np.full(n, -7, dtype=np.int32))
+    out = session.upload(np.full(n, -7, dtype=np.int32))
+    with pytest.raises(tf.ValidationError, match=r"session\.launch: 'rotate' synchronizes the "
+                                                 r"whole grid; launch it with LaunchConfig"):
+        session.launch(fn, tf.LaunchConfig(cfg.grid, 128),
+                       [session.tensor_mut(x), session.tensor_mut(out)])
+    np.testing.assert_array_equal(session.download(out), np.full(n, -7))
+    session.launch(fn, cfg, [session.tensor_mut(x), session.tensor_mut(out)])
+    want = 2 * np.arange(n, dtype=np.int64) + 1
+    np.testing.assert_array_equal(session.download(out), np.roll(want, -1))
