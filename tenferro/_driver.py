@@ -611,6 +611,19 @@ class ExecutableGraph:
         if err:
             raise _fail(op, err)
 
+    def update(self, graph: int, op: str) -> str | None:
+        """Take ``graph``'s node parameters in place (cuGraphExecUpdate); None when it did.
+
+        Otherwise the reason, the CUgraphExecUpdateResult's name (the topology changed, a node's
+        function changed, ...), and this executable graph may be left part-updated: the caller
+        makes a new one from its own graph.
+        """
+        err, info = _cu.cuGraphExecUpdate(self._exec, _cu.CUgraph(graph))
+        if err == _cu.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
+            return info.result.name
+        _check(op, (err,))
+        return None
+
     def destroy(self) -> None:
         """Destroy the executable graph (once; later calls do nothing)."""
         if self.handle:

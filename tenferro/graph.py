@@ -2,10 +2,12 @@
 
 ``with s.capture() as cap: ...`` captures what the block enqueues (launches, copies, numba
 kernels) in thread-local mode. The capture ends when the block ends, also when it raises (the
-exception propagates and the stream stays usable). ``cap.graph`` is a `Graph`, or None when
-nothing was captured. A Graph holds every owner its captured work touched (tensors, foreign
-arrays, modules, numba kernels) for as long as it exists, and refuses to launch after its
-session closed.
+exception propagates and the stream stays usable). ``with s.capture(update=graph):`` records
+the same work again with other arguments (other buffers, other scalars) and updates ``graph``
+in place instead of making a new one, which costs far less than a new instantiation.
+``cap.graph`` is a `Graph`, or None when nothing was captured. A Graph holds every owner its
+captured work touched (tensors, foreign arrays, modules, numba kernels) for as long as it
+exists, and refuses to launch after its session closed.
 
 During a capture the session refuses what cannot be captured safely: allocations (their memory
 would belong to the graph), host copies and synchronization, importing foreign arrays that need
@@ -64,6 +66,28 @@ class Graph:
         except KernelFault as exc:
             raise s.fault_seen(exc) from None
 
+    def take_update(self, graph: int, node_count: int, owners: list, op: str) -> None:
+        """Take the node parameters of ``graph`` (a new capture of the same work) and its owners.
+
+        Refused (`ValidationError` naming the driver's reason) when the work is not the same:
+        other kernels, another order, another node count. Then this graph is as it was: a
+        part-updated executable graph is replaced by a new one of the old graph. ``graph`` is
+        owned from here on either way.
+        """
+        why = self._exec.update(graph, op)
+        if why is not None:
+            _driver.graph_destroy(graph)
+            stale, self._exec = self._exec, None
+            stale.destroy()  # launches in flight finish first; the driver frees it after them
+            self._exec = _driver.ExecutableGraph(self._graph, self.session.stream, op)
+            raise ValidationError(
+                f"{op}: update=graph: the new capture is not the same work as the graph's, so "
+                f"it cannot update it ({why}); capture without update= for a new graph")
+        self.session.liveness.hold(self.owners)  # replays in flight may still use them
+        old, self._graph = self._graph, graph
+        self.node_count, self.owners = node_count, owners
+        _driver.graph_destroy(old)
+
     def __del__(self) -> None:
         exec_graph, graph = getattr(self, "_exec", None), getattr(self, "_graph", 0)
         self._exec, self._graph = None, 0
@@ -82,10 +106,11 @@ class Graph:
 class Capture:
     """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends."""
 
-    __slots__ = ("_saved_holds", "graph", "session")
+    __slots__ = ("_saved_holds", "graph", "session", "update")
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, update: Graph | None = None) -> None:
         self.session = session
+        self.update = update
         self.graph: Graph | None = None
 
     def __enter__(self) -> Capture:
@@ -134,17 +159,27 @@ class Capture:
             if count == 0:
                 _driver.graph_destroy(graph)
                 return
+            if self.update is not None:
+                handle, graph = graph, 0  # take_update owns it from here, refused or not
+                self.update.take_update(handle, count, owners, "session.capture")
+                self.graph = self.update
+                return
             self.graph = Graph(s, graph, count, owners)
         except BaseException:
-            if self.graph is None:
+            if self.graph is None and graph:
                 _driver.graph_destroy(graph)
             raise
 
 
-def capture(s: Any) -> Capture:
+def capture(s: Any, update: Graph | None = None) -> Capture:
     """``with s.capture() as cap: ...``: capture the block's work; then ``cap.graph``.
 
     ``cap.graph`` is a `Graph` to replay with ``graph.launch()``, or None when the block
-    enqueued nothing. See `tenferro.graph` for what is refused during a capture.
+    enqueued nothing. With ``update=graph`` the block's work (the same kernels in the same
+    order, with other arguments) updates that graph in place, and ``cap.graph`` is it. See
+    `tenferro.graph` for what is refused during a capture.
     """
-    return Capture(s)
+    if update is not None and (type(update) is not Graph or update.session is not s):
+        raise ValidationError(f"session.capture: update must be a Graph of this session, got "
+                              f"{type(update).__name__}")
+    return Capture(s, update)

@@ -1,6 +1,7 @@
 """Graph capture and replay (tenferro.graph), on a GPU."""
 
 import gc
+import typing
 import weakref
 
 import numpy as np
@@ -144,3 +145,138 @@ def test_graph_replay_refused_after_the_session_closes():
             s.launch(fn, tf.LaunchConfig.flat(8), [s.tensor_mut(y), s.tensor(x), 1.0, 8])
     with pytest.raises(tf.RuntimeStateError, match=r"graph\.launch: the session is closed"):
         cap.graph.launch()
+
+
+# --- updating a graph in place: Graph.take_update through a stand-in driver ---------------------
+
+class _Exec:
+    """A stand-in executable graph: records what it was made from and asked."""
+
+    made: typing.ClassVar[list] = []
+
+    def __init__(self, graph, stream, op):
+        self.graph, self.destroyed, self.updates = graph, False, []
+        _Exec.made.append(self)
+
+    def update(self, graph, op):
+        self.updates.append((graph, op))
+        return self.refuse
+
+    refuse = None
+
+    def destroy(self):
+        self.destroyed = True
+
+
+class _Liveness:
+    def __init__(self):
+        self.held = []
+
+    def hold(self, obj):
+        self.held.append(obj)
+
+
+@pytest.fixture
+def stand_in_graph(monkeypatch):
+    """A Graph of graph handle 0x10 over a stand-in driver; the handles destroyed are listed."""
+    from tenferro import graph as graph_part
+
+    destroyed = []
+    _Exec.made, _Exec.refuse = [], None
+    monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _Exec)
+    monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
+    session = type("S", (), {"stream": 0x5, "liveness": _Liveness()})()
+    g = graph_part.Graph(session, 0x10, 2, ["old owners"])
+    return g, destroyed
+
+
+def test_an_update_takes_the_new_captures_owners_and_holds_the_old(stand_in_graph):
+    g, destroyed = stand_in_graph
+    first_exec = g._exec
+    old_owners = g.owners
+    g.take_update(0x20, 2, ["new owners"], "session.capture")
+    assert first_exec.updates == [(0x20, "session.capture")] and g._exec is first_exec
+    assert g.owners == ["new owners"] and g.node_count == 2 and g._graph == 0x20
+    assert g.session.liveness.held == [old_owners]  # replays in flight still use them
+    assert destroyed == [0x10]  # the old graph; the executable one lives on, updated
+
+
+def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
+    g, destroyed = stand_in_graph
+    first_exec = g._exec
+    _Exec.refuse = "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED"
+    with pytest.raises(tf.ValidationError, match=r"^session\.capture: update=graph: the new "
+                                                 r"capture is not the same work as the graph's, "
+                                                 r"so it cannot update it \(CU_GRAPH_EXEC_UPDATE_"
+                                                 r"ERROR_TOPOLOGY_CHANGED\)"):
+        g.take_update(0x20, 3, ["new owners"], "session.capture")
+    assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
+    assert destroyed == [0x20] and g.session.liveness.held == []
+    # A part-updated executable graph is not kept: a new one is made from the old graph.
+    assert first_exec.destroyed and g._exec is _Exec.made[-1] and g._exec.graph == 0x10
+
+
+@pytest.mark.parametrize("bad", [5, "graph", object()])
+def test_update_must_be_a_graph_of_the_session(bad):
+    with pytest.raises(tf.ValidationError, match=rf"^session\.capture: update must be a Graph of "
+                                                 rf"this session, got {type(bad).__name__}"):
+        tf.graph.capture(object(), update=bad)
+
+
+def test_update_refuses_a_graph_of_another_session(stand_in_graph):
+    g, _ = stand_in_graph
+    with pytest.raises(tf.ValidationError, match=r"update must be a Graph of this session, got "
+                                                 r"Graph"):
+        tf.graph.capture(object(), update=g)
+    assert tf.graph.capture(g.session, update=g).update is g
+
+
+# --- updating a graph in place, on the GPU -------------------------------------------------------
+
+@pytest.mark.gpu
+def test_a_graph_updated_with_other_buffers_replays_on_them(session, rng):
+    axpy, _ = _kernels(session)
+    cfg = tf.LaunchConfig.flat(N)
+    x1_0, x2_0 = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    y1_0, y2_0 = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    x1, y1, x2, y2 = (session.upload(a) for a in (x1_0, y1_0, x2_0, y2_0))
+    with session.capture() as cap:
+        session.launch(axpy, cfg, [session.tensor_mut(y1), session.tensor(x1), 2.0, N])
+    graph = cap.graph
+    graph.launch()
+    first = session.download(y1)
+    np.testing.assert_allclose(first, 2.0 * x1_0.astype(np.float64) + y1_0, rtol=1e-6)
+    gone = weakref.ref(x1)
+    with session.capture(update=graph) as cap2:
+        session.launch(axpy, cfg, [session.tensor_mut(y2), session.tensor(x2), -3.0, N])
+    assert cap2.graph is graph and graph.node_count == 1
+    graph.launch()
+    graph.launch()
+    np.testing.assert_allclose(session.download(y2), -6.0 * x2_0.astype(np.float64) + y2_0,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(session.download(y1), first)  # the old buffers: untouched
+    del x1
+    session.synchronize()
+    gc.collect()
+    assert gone() is None, "an updated graph lets its old owners go once the stream passed"
+
+
+@pytest.mark.gpu
+def test_a_graph_update_with_other_work_is_refused_and_the_graph_unchanged(session, rng):
+    axpy, _ = _kernels(session)
+    cfg = tf.LaunchConfig.flat(N)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y, other = session.upload(x0), session.upload(y0), session.upload(y0)
+    with session.capture() as cap:
+        session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), 1.0, N])
+    graph = cap.graph
+    owners = graph.owners
+    with pytest.raises(tf.ValidationError, match=r"session\.capture: update=graph: the new "
+                                                 r"capture is not the same work .*TOPOLOGY"):
+        with session.capture(update=graph):
+            session.launch(axpy, cfg, [session.tensor_mut(other), session.tensor(x), 1.0, N])
+            session.launch(axpy, cfg, [session.tensor_mut(other), session.tensor(x), 1.0, N])
+    assert graph.owners is owners and graph.node_count == 1
+    graph.launch()
+    np.testing.assert_allclose(session.download(y), x0.astype(np.float64) + y0, rtol=1e-6)
+    np.testing.assert_array_equal(session.download(other), y0)  # never ran
