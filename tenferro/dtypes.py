@@ -6,15 +6,17 @@ Every other module asks this table; nothing else spells a dtype.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from .errors import ValidationError
 
-__all__ = ["ScalarType", "by_name", "from_c_name", "from_dlpack", "from_numpy", "is_int",
-           "SCALAR_TYPES"]
+__all__ = ["BY_NUMPY", "SCALAR_TYPES", "ScalarType", "by_name", "from_c_name", "from_dlpack",
+           "from_numpy", "is_int"]
 
 # DLPack type codes (dlpack.h DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
@@ -81,6 +83,9 @@ SCALAR_TYPES: tuple[ScalarType, ...] = (
 
 _BY_NAME = {t.name: t for t in SCALAR_TYPES}
 _BY_NUMPY = {t.numpy: t for t in SCALAR_TYPES if t.numpy is not None}
+# numpy dtype -> scalar type, read-only: a lookup with no conversion and no error (None: not
+# a device type), for readers that try a direct path before the general one.
+BY_NUMPY: Mapping[np.dtype, ScalarType] = MappingProxyType(_BY_NUMPY)
 _BY_DL = {(t.dl_code, t.dl_bits): t for t in SCALAR_TYPES}
 
 

@@ -12,6 +12,7 @@ __all__ = [
     "RuntimeStateError",
     "TenferroError",
     "ValidationError",
+    "wrong_device",
 ]
 
 
@@ -56,3 +57,9 @@ class KernelFault(BackendError):
     ) -> None:
         super().__init__(message, result_name, result_code)
         self.launches = launches
+
+
+def wrong_device(op: str, device: int, session_device: int) -> ValidationError:
+    """The refusal of an array on ``device`` by a session on ``session_device``."""
+    return ValidationError(f"{op}: x lives on device {device}, this session is on device "
+                           f"{session_device}")

@@ -120,3 +120,17 @@ def test_as_scalar_type_takes_a_scalar_type_as_it_is_and_names_the_caller_otherw
         dtypes.as_scalar_type("nope", "module.variable")
     with pytest.raises(tf.ValidationError, match=r"^dtype: dtype >i4 is not supported"):
         dtypes.as_scalar_type(np.dtype(">i4"))
+
+
+def test_the_numpy_table_is_a_read_only_lookup_that_never_raises():
+    import numpy as np
+
+    from tenferro import dtypes
+
+    assert dtypes.BY_NUMPY.get(np.dtype(np.float32)) is dtypes.by_name("f32")
+    assert dtypes.BY_NUMPY.get(np.dtype(">f4")) is None  # big-endian: no device type
+    assert dtypes.BY_NUMPY.get(np.dtype(object)) is None
+    assert set(dtypes.BY_NUMPY.values()) == {t for t in dtypes.SCALAR_TYPES
+                                             if t.numpy is not None}
+    with pytest.raises(TypeError):
+        dtypes.BY_NUMPY[np.dtype(np.float32)] = dtypes.by_name("f64")

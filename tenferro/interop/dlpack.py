@@ -14,7 +14,7 @@ import struct
 from typing import Any
 
 from .. import dtypes
-from ..errors import ValidationError
+from ..errors import ValidationError, wrong_device
 from ..spans import c_strides
 from .foreign import Foreign
 
@@ -137,8 +137,7 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
             raise ValidationError(f"{op}: x is on DLPack device_type {dev_type} (host or "
                                   "another kind); the session needs CUDA device memory")
         if dev_id != device:
-            raise ValidationError(f"{op}: x lives on device {dev_id}, this session is on "
-                                  f"device {device}")
+            raise wrong_device(op, dev_id, device)
     is_neg = getattr(x, "is_neg", None)  # torch: a view whose memory lacks its values' sign
     if is_neg is not None and callable(is_neg) and is_neg() is True:
         raise ValidationError(f"{op}: x is a negated view (torch's neg bit, as x.conj().imag "

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _driver
 from ..dtypes import ScalarType
-from ..errors import RuntimeStateError, ValidationError
+from ..errors import RuntimeStateError, ValidationError, wrong_device
 from ..spans import ADDRESS_END as _ADDRESS_END
 
 __all__ = ["Foreign", "check_memory", "read_foreign"]
@@ -84,8 +84,7 @@ def check_memory(f: Foreign, device: int, op: str) -> None:
     if not 0 <= f.ptr < _ADDRESS_END:
         raise ValidationError(f"{op}: x's data pointer {f.ptr} is not a 64-bit address")
     if f.device is not None and f.device != device:
-        raise ValidationError(f"{op}: x lives on device {f.device}, this session is on device "
-                              f"{device}")
+        raise wrong_device(op, f.device, device)
     if f.ptr == 0 and all(d for d in f.shape):
         raise ValidationError(f"{op}: x has a null data pointer")
     if not f.ptr or 0 in f.shape or f.device is not None:
@@ -98,5 +97,4 @@ def check_memory(f: Foreign, device: int, op: str) -> None:
     if kind != _driver.MEMORY_DEVICE:
         raise ValidationError(f"{op}: x's pointer 0x{f.ptr:x} is not CUDA device memory")
     if ordinal != device:
-        raise ValidationError(f"{op}: x lives on device {ordinal}, this session is on device "
-                              f"{device}")
+        raise wrong_device(op, ordinal, device)

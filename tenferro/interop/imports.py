@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from .. import dtypes
-from ..errors import KernelFault, ValidationError
+from ..errors import KernelFault, ValidationError, wrong_device
 from ..spans import ADDRESS_END as _ADDRESS_END
 from ..spans import DeviceBytes, Span, TensorMut, TensorRef
 from ..tensor import Tensor
@@ -137,8 +137,7 @@ def _flush(s: Any, op: str) -> None:
 def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
     """Take a Tensor of another session on the same device, ordered after that session."""
     if x.device != s.device:
-        raise ValidationError(f"{op}: x lives on device {x.device}, this session is on "
-                              f"device {s.device}")
+        raise wrong_device(op, x.device, s.device)
     other = x.session
     if other.is_open:  # the other session may still be writing it: order after its stream
         s.refuse_in_capture(op, "a Tensor of another open session needs an event")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import dtypes
-from ..errors import ValidationError
+from ..errors import ValidationError, wrong_device
 from .streams import LEGACY
 
 __all__ = ["direct_reader"]
@@ -82,16 +82,15 @@ def _torch_reader(torch: Any) -> Reader:
         except Exception:
             return None
         if dev != device:
-            raise ValidationError(f"{op}: x lives on device {dev}, this session is on device "
-                                  f"{device}")
+            raise wrong_device(op, dev, device)
         return ptr, shape, strides, t, current_stream(dev) or LEGACY, nbytes
 
     return read_torch
 
 
 def _cupy_reader(cupy: Any) -> Reader:
-    """The reader of CuPy arrays: its dtype table and stream query bound once."""
-    by_dtype = {t.numpy: t for t in dtypes.SCALAR_TYPES if t.numpy is not None}
+    """The reader of CuPy arrays: its stream query bound once."""
+    by_dtype = dtypes.BY_NUMPY
     current_stream = cupy.cuda.get_current_stream
 
     def read_cupy(x: Any, device: int, op: str) -> Direct | None:
@@ -106,8 +105,7 @@ def _cupy_reader(cupy: Any) -> Reader:
         except Exception:
             return None
         if dev != device:
-            raise ValidationError(f"{op}: x lives on device {dev}, this session is on device "
-                                  f"{device}")
+            raise wrong_device(op, dev, device)
         return ptr, shape, strides, t, stream or LEGACY, nbytes
 
     return read_cupy
