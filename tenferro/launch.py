@@ -149,14 +149,12 @@ class LaunchConfig:
                                   f"{display_name(function.name)!r} fits on this device")
         return cls(blocks, block, shared_mem_bytes, cooperative=True)
 
-    def _key(self) -> tuple:
-        return self.grid, self.block, self.shared_mem_bytes, self.cluster, self.cooperative
-
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LaunchConfig) and self._key() == other._key()
+        return isinstance(other, LaunchConfig) and self.dims == other.dims and \
+            self.cluster == other.cluster and self.cooperative == other.cooperative
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash((self.dims, self.cluster, self.cooperative))
 
     def __repr__(self) -> str:
         extra = "" if self.cluster is None else f", cluster={self.cluster}"
