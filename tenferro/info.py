@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import platform
-from importlib import metadata
 from typing import Any
 
 from . import _driver
@@ -25,6 +24,8 @@ _PACKAGES = ("tenferro", "numba", "numba-cuda", "cuda-bindings", "cuda-core", "n
 
 
 def _version(package: str) -> str:
+    from importlib import metadata  # ~10 ms to import: only when a report is asked for
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
