@@ -12,6 +12,7 @@ __all__ = [
     "RuntimeStateError",
     "TenferroError",
     "ValidationError",
+    "negated_view",
     "wrong_device",
 ]
 
@@ -63,3 +64,10 @@ def wrong_device(op: str, device: int, session_device: int) -> ValidationError:
     """The refusal of an array on ``device`` by a session on ``session_device``."""
     return ValidationError(f"{op}: x lives on device {device}, this session is on device "
                            f"{session_device}")
+
+
+def negated_view(op: str) -> ValidationError:
+    """The refusal of a torch view with the neg bit set, whose memory lacks the values' sign."""
+    return ValidationError(f"{op}: x is a negated view (torch's neg bit, as x.conj().imag "
+                           "makes): its memory holds the values without their sign; pass "
+                           "x.resolve_neg()")

@@ -17,3 +17,10 @@ def test_a_wrong_device_names_the_operation_and_both_devices():
     exc = errors.wrong_device("session.tensor", 1, 0)
     assert type(exc) is tf.ValidationError
     assert str(exc) == "session.tensor: x lives on device 1, this session is on device 0"
+
+
+def test_a_negated_view_names_the_operation_and_the_way_out():
+    exc = errors.negated_view("session.tensor")
+    assert type(exc) is tf.ValidationError
+    assert str(exc).startswith("session.tensor: x is a negated view (torch's neg bit")
+    assert str(exc).endswith("pass x.resolve_neg()")

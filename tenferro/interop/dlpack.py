@@ -14,7 +14,7 @@ import struct
 from typing import Any
 
 from .. import dtypes
-from ..errors import ValidationError, wrong_device
+from ..errors import ValidationError, negated_view, wrong_device
 from ..spans import c_strides
 from .foreign import Foreign
 
@@ -140,9 +140,7 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
             raise wrong_device(op, dev_id, device)
     is_neg = getattr(x, "is_neg", None)  # torch: a view whose memory lacks its values' sign
     if is_neg is not None and callable(is_neg) and is_neg() is True:
-        raise ValidationError(f"{op}: x is a negated view (torch's neg bit, as x.conj().imag "
-                              "makes): its memory holds the values without their sign, and "
-                              "DLPack does not say so; pass x.resolve_neg()")
+        raise negated_view(op)  # and DLPack does not say so
     try:
         try:
             capsule = x.__dlpack__(stream=stream, max_version=MAX_VERSION)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import dtypes
-from ..errors import ValidationError, wrong_device
+from ..errors import ValidationError, negated_view, wrong_device
 from .streams import LEGACY
 
 __all__ = ["direct_reader"]
@@ -66,9 +66,7 @@ def _torch_reader(torch: Any) -> Reader:
             if t is None or x.requires_grad or not x.is_cuda:
                 return None
             if x.is_neg():
-                raise ValidationError(
-                    f"{op}: x is a negated view (torch's neg bit, as x.conj().imag makes): its "
-                    "memory holds the values without their sign; pass x.resolve_neg()")
+                raise negated_view(op)
             dev = x.get_device()
             shape = tuple(x.shape)
             size = t.itemsize
