@@ -68,6 +68,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "set_current",
     "stream_context",
     "stream_create",
+    "stream_is_capturing",
     "stream_destroy",
     "stream_synchronize",
     "stream_wait_event",
@@ -332,6 +333,12 @@ def stream_destroy(stream: int) -> None:
 def stream_context(stream: int) -> int:
     """The context a stream belongs to."""
     return int(_check("cuStreamGetCtx", _cu.cuStreamGetCtx(_cu.CUstream(stream))))
+
+
+def stream_is_capturing(stream: int, op: str) -> bool:
+    """True while another library (or this one) captures ``stream`` into a graph."""
+    status = _check(op, _cu.cuStreamIsCapturing(_cu.CUstream(stream)))
+    return status != _cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def context_synchronize(op: str = "cuCtxSynchronize") -> None:

@@ -17,12 +17,14 @@ freed after it ends, not inside the graph.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from . import _driver
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 
-__all__ = ["Capture", "Graph", "capture"]
+__all__ = ["Capture", "Graph", "capture", "captured_elsewhere"]
 
 
 class Graph:
@@ -169,6 +171,24 @@ class Capture:
             if self.graph is None and graph:
                 _driver.graph_destroy(graph)
             raise
+
+
+@contextlib.contextmanager
+def captured_elsewhere(s: Any) -> Iterator[None]:
+    """Work the block enqueues while another library captures the session's stream.
+
+    The session behaves as in its own capture (no fence events, no allocations, no waits; the
+    launches take the path that collects their owners), and keeps those owners until it
+    closes: the other library's graph may replay them for as long as it likes.
+    """
+    live = s.liveness
+    saved = live.begin_capture()
+    s.refresh_fast_path()
+    try:
+        yield
+    finally:
+        live.retain(live.end_capture(saved))
+        s.refresh_fast_path()
 
 
 def capture(s: Any, update: Graph | None = None) -> Capture:

@@ -20,7 +20,7 @@ from .. import dtypes
 from ..errors import ValidationError, negated_view, wrong_device
 from .streams import LEGACY
 
-__all__ = ["direct_reader"]
+__all__ = ["direct_reader", "torch_current_stream"]
 
 # (ptr, shape, byte strides, scalar type, producer stream, nbytes when C-contiguous or -1).
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
@@ -46,6 +46,18 @@ def direct_reader(cls: type) -> Reader | None:
     return reader
 
 
+def torch_current_stream(torch: Any) -> Callable[[int], int]:
+    """``f(device) -> handle`` of torch's current stream there (0: torch's default stream)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 us, private
+    if raw is not None:
+        return raw
+
+    def current_stream(dev: int) -> int:  # the public query: 8 us
+        return torch.cuda.current_stream(dev).cuda_stream
+
+    return current_stream
+
+
 def _torch_reader(torch: Any) -> Reader:
     """The reader of torch tensors, its dtype table and stream query bound once."""
     by_dtype = {getattr(torch, name): dtypes.by_name(ours) for name, ours in (
@@ -53,10 +65,7 @@ def _torch_reader(torch: Any) -> Reader:
         ("int64", "i64"), ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"),
         ("uint64", "u64"), ("float16", "f16"), ("bfloat16", "bf16"), ("float32", "f32"),
         ("float64", "f64")) if hasattr(torch, name)}
-    current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 us, private
-    if current_stream is None:  # the public query: 8 us
-        def current_stream(dev: int) -> int:
-            return torch.cuda.current_stream(dev).cuda_stream
+    current_stream = torch_current_stream(torch)
 
     def read_torch(x: Any, device: int, op: str) -> Direct | None:
         # Complex types (a conjugate bit), grad, host and other device types: the general path
