@@ -161,7 +161,7 @@ def test_a_fused_op_captured_in_a_torch_cuda_graph_replays_right(torch_cuda):
     y.copy_(torch.from_numpy(y0).cuda())
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):  # the warmed-up stream: its session compiled
         axpy_sin(y, x, 0.5)
     np.testing.assert_array_equal(y.cpu().numpy(), y0)  # captured, not run
     for _ in range(3):
