@@ -170,15 +170,17 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
             return _finish(hit, source, target, arch, from_cache=True)
     with _stats_lock:
         _stats["misses"] += 1
+    probe_opts = [*base_opts, *opts]
+    early = _early_c_type_probes(source, name, probe_opts)  # beside the kernels' compile
     ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
         source_bytes, name.encode(), [o.encode() for o in (*base_opts, *opts)],
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
-    ptx_text, probe_opts = ptx.decode(), [*base_opts, *opts]
+    ptx_text = ptx.decode()
     entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
-             "probes": _c_type_probes(source, name, probe_opts, ptx_text),
+             "probes": _c_type_probes(source, name, probe_opts, ptx_text, early),
              "variable_probes": _variable_probes(source, name, probe_opts, ptx_text)}
     if cache:
         _write_cache(path, entry)
@@ -192,17 +194,66 @@ _PROBE_SOURCE = f"\ntemplate <typename T> __global__ void {_PROBE}() {{}}\n"
 _ENTRY_NAME = re.compile(r"\.entry\s+([\w$]+)")
 
 
-def _c_type_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:
+def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
+                   early: _Early | None = None) -> dict[str, str]:
     """For each extern "C" entry, the lowered name of the probe instantiated on its type.
 
     Only what compiles: an entry whose name does not resolve at the end of the source (one
     declared inside a namespace) leaves every probe out, and the signatures keep PTX's view.
+    ``early`` is the probe started from the source's text (`_early_c_type_probes`); its
+    answer serves where it has every entry, else the probe runs now on PTX's entries.
     """
     entries = [e for e in _ENTRY_NAME.findall(ptx) if not e.startswith("_Z")]
     if not entries:
         return {}
+    got = early.result() if early is not None else None
+    if got and all(e in got for e in entries):
+        return {e: got[e] for e in entries}
     return _lowered_probes(source + _PROBE_SOURCE, name, options,
                            {e: f"{_PROBE}<decltype(&{e})>" for e in entries})
+
+
+# An extern "C" kernel as people write it; a guess from the text, which PTX's entries confirm.
+_EXTERN_C_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+class _Early:
+    """A call on a thread of its own; `result` waits for it (None where it raised)."""
+
+    __slots__ = ("_thread", "_value")
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._value: Any = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
+                                        name="tenferro-c-type-probe")
+        self._thread.start()
+
+    def _run(self, fn: Any, args: tuple) -> None:
+        try:
+            self._value = fn(*args)
+        except Exception:  # the probe is an aid: where it fails, the one after the compile runs
+            self._value = None
+
+    def result(self) -> Any:
+        self._thread.join()
+        return self._value
+
+
+def _early_c_type_probes(source: str, name: str, options: list[str]) -> _Early | None:
+    """The C-type probe of the extern "C" kernels the text declares, started now.
+
+    NVRTC lets go of the interpreter while it compiles, so the probe and the kernels' own
+    compile run at once instead of one after the other (the first compile of a new source is
+    on the way to a fresh process's first result). A guess the text gets wrong (a kernel made
+    by a macro, one inside ``#if 0``) costs only the wait: `_c_type_probes` probes again.
+    """
+    guessed = list(dict.fromkeys(_EXTERN_C_KERNEL.findall(source)))
+    if not guessed:
+        return None
+    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options,
+                  {e: f"{_PROBE}<decltype(&{e})>" for e in guessed})
 
 
 def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:

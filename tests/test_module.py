@@ -753,3 +753,58 @@ def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
     monkeypatch.setattr(d, "module_function_names", lambda module: [])
     with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'scale'"):
         m.function("scale")  # nothing was kept from the failed lookup
+
+
+# --- the C-type probe beside the kernels' compile -----------------------------------------------
+
+def _recorded_compiles(monkeypatch):
+    """Each NVRTC compile: (thread name, its name expressions), in the order they began."""
+    import threading
+
+    from tenferro import module as module_part
+
+    real, seen = module_part._driver.nvrtc_compile, []
+
+    def recording(source, name, options, exprs, cubin):
+        seen.append((threading.current_thread().name, [e.decode() for e in exprs]))
+        return real(source, name, options, exprs, cubin)
+
+    monkeypatch.setattr(module_part._driver, "nvrtc_compile", recording)
+    return seen
+
+
+KERNEL_PAIR = r'''
+extern "C" __global__ void scale(float* y, float a, unsigned n) { y[threadIdx.x % n] *= a; }
+extern "C" __global__ __launch_bounds__(128) void shift(double* y, double b) { y[0] += b; }
+'''
+
+
+def test_the_c_type_probe_runs_beside_the_kernels_compile(monkeypatch):
+    seen = _recorded_compiles(monkeypatch)
+    r = tf.compile_cuda(KERNEL_PAIR, arch="sm_90")
+    assert sorted(seen) == sorted([
+        ("MainThread", []),
+        ("tenferro-c-type-probe", ["__tenferro_c_types_of<decltype(&scale)>",
+                                   "__tenferro_c_types_of<decltype(&shift)>"])])
+    assert r.signatures["scale"].declaration() == "scale(float* y, float a, unsigned int n)"
+    assert r.signatures["shift"].declaration() == "shift(double* y, double b)"
+
+
+def test_a_wrong_guess_from_the_text_is_probed_again_on_ptxs_entries(monkeypatch):
+    seen = _recorded_compiles(monkeypatch)
+    src = KERNEL_PAIR + '#if 0\nextern "C" __global__ void gone(int* p) {}\n#endif\n'
+    r = tf.compile_cuda(src, arch="sm_90")
+    probes = [exprs for thread, exprs in seen if exprs]
+    assert len(seen) == 3 and len(probes) == 2  # the early probe named `gone`, which fails
+    assert any("__tenferro_c_types_of<decltype(&gone)>" in p for p in probes)
+    assert r.signatures["shift"].declaration() == "shift(double* y, double b)"
+    assert "gone" not in r.signatures
+
+
+def test_a_kernel_made_by_a_macro_is_probed_after_the_compile(monkeypatch):
+    seen = _recorded_compiles(monkeypatch)
+    src = ('#define KERNEL extern "C" __global__\n'
+           "KERNEL void ones(float* p) { *p = 1; }\n")
+    r = tf.compile_cuda(src, arch="sm_90")
+    assert [thread for thread, _ in seen] == ["MainThread", "MainThread"]  # no guess to start
+    assert r.signatures["ones"].params[0].c_type.spell() == "float*"
