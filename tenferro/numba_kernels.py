@@ -272,19 +272,41 @@ def _specialization_type(a: Any, op: str, i: int) -> Any:
                           "scalar")
 
 
+def _quick_key(a: Any) -> Any:
+    """What decides ``a``'s numba type (`_specialization_type`), or None where that is unsure.
+
+    A span's scalar type, ndim and C-contiguity; a typed scalar's type; a numpy scalar's dtype.
+    """
+    cls = a.__class__
+    if cls is KernelArg:
+        if a.span is None:
+            return a.scalar_type
+        a = a.span
+        cls = a.__class__
+    if cls in _SPAN_TYPES:
+        return a.scalar_type, len(a.shape), a.is_c_contiguous
+    if isinstance(a, np.generic):
+        return a.dtype
+    return None
+
+
 class NumbaKernel:
     """A numba kernel in a session: specialized on the launch's arguments, one per type key.
 
     ``s.numba_kernel(f)`` returns one; ``s.launch`` takes it where it takes a Function.
     """
 
-    __slots__ = ("__weakref__", "_last", "dispatcher", "name", "session", "specializations")
+    __slots__ = ("__weakref__", "_by_quick_key", "_last", "dispatcher", "name", "session",
+                 "specializations")
 
     def __init__(self, session: Any, dispatcher: Any, name: str) -> None:
         self.session = session
         self.dispatcher = dispatcher
         self.name = name
         self.specializations: dict[tuple, Any] = {}
+        # The same Functions by a key read off the arguments without building numba types
+        # (microseconds an argument): what a launch with new argument objects looks up.
+        self._by_quick_key: dict[tuple, Any] = {}
         self._last: tuple = ((), None)
         session.liveness.add_cache(self)
 
@@ -297,11 +319,16 @@ class NumbaKernel:
         prev, fn = self._last
         if len(args) == len(prev) and all(map(_is, args, prev)):
             return fn
-        key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
-        fn = self.specializations.get(key)
+        quick = tuple(map(_quick_key, args))
+        fn = self._by_quick_key.get(quick)
         if fn is None:
-            fn = self.specializations[key] = compile_for_session(
-                self.session, self.dispatcher, key, self.name, op)
+            key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
+            fn = self.specializations.get(key)
+            if fn is None:
+                fn = self.specializations[key] = compile_for_session(
+                    self.session, self.dispatcher, key, self.name, op)
+            if None not in quick:  # each part decides its numba type: the same Function
+                self._by_quick_key[quick] = fn
         self._last = (tuple(args), fn)
         return fn
 

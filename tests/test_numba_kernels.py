@@ -121,6 +121,51 @@ def test_specialization_refuses_untyped_python_numbers():
     assert _specialization_type(np.int16(3), "op", 0) == types.int16
 
 
+class _CachingSession:
+    def __init__(self):
+        self.liveness = self
+        self.caches = []
+
+    def add_cache(self, cache):
+        self.caches.append(cache)
+
+
+def test_a_kernel_specializes_once_per_numba_type_and_finds_it_without_numba(monkeypatch):
+    from tenferro import numba_kernels as nk
+
+    compiled, keys = [], []
+    monkeypatch.setattr(nk, "compile_for_session",
+                        lambda s, d, key, name, op: compiled.append(key) or f"fn{len(compiled)}")
+    real = nk._specialization_type
+    monkeypatch.setattr(nk, "_specialization_type",
+                        lambda a, op, i: keys.append(i) or real(a, op, i))
+    s = _CachingSession()
+    k = nk.NumbaKernel(s, None, "k")
+    f32, f64 = dtypes.by_name("f32"), dtypes.by_name("f64")
+
+    def span(shape, strides, t=f32, cls=tf.TensorRef):
+        return cls(0x10000, shape, strides, t, 0, None, s)
+
+    assert k.function_for([span((4, 8), (32, 4)), tf.f32(1.0)], "op") == "fn1"
+    assert len(keys) == 2  # numba's types built once for the first arguments
+    keys.clear()
+    # New objects of the same kinds (a mutable span, a numpy scalar of the same type): found
+    # by the quick key, no numba types built, nothing compiled.
+    assert k.function_for([span((4, 8), (32, 4), cls=tf.TensorMut), tf.f32(2.0)], "op") == "fn1"
+    assert k.function_for([span((2, 3), (12, 4)), tf.f32(3.0)], "op") == "fn1"
+    assert keys == [] and len(compiled) == 1
+    # What changes the numba type: the layout, the ndim, the dtype, the scalar's type.
+    assert k.function_for([span((4, 8), (4, 16)), tf.f32(1.0)], "op") == "fn2"  # 'A' layout
+    assert k.function_for([span((32,), (4,)), tf.f32(1.0)], "op") == "fn3"
+    assert k.function_for([span((4, 8), (64, 8), f64), tf.f32(1.0)], "op") == "fn4"
+    assert k.function_for([span((4, 8), (32, 4)), tf.f64(1.0)], "op") == "fn5"
+    # A numpy scalar of the type a typed scalar has: numba's same type, the same Function.
+    assert k.function_for([span((4, 8), (32, 4)), np.float32(1.0)], "op") == "fn1"
+    assert len(compiled) == 5
+    with pytest.raises(tf.ValidationError, match=r"op: args\[1\] is a bare Python int"):
+        k.function_for([span((4, 8), (32, 4)), 3], "op")
+
+
 # --- on the GPU --------------------------------------------------------------------------------
 
 
