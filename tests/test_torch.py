@@ -115,6 +115,14 @@ def torch_cuda(device):
     tft.close_sessions()
 
 
+def _inputs(torch, n, seed):
+    """x and y of n random float32 on the GPU, and their values on the host."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(n, device="cuda", generator=gen)
+    y = torch.randn(n, device="cuda", generator=gen)
+    return x, y, x.cpu().numpy(), y.cpu().numpy()
+
+
 def _axpy_sin_ref(y, x, a, times=1):
     y = y.astype(np.float64)
     for _ in range(times):
@@ -126,10 +134,7 @@ def _axpy_sin_ref(y, x, a, times=1):
 def test_a_fused_op_in_place_matches_float64_eager_and_compiled(torch_cuda):
     torch = torch_cuda
     axpy_sin = _ops()["axpy_sin"]
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    x = torch.randn(100_003, device="cuda", generator=gen)
-    y = torch.randn(100_003, device="cuda", generator=gen)
-    x0, y0 = x.cpu().numpy(), y.cpu().numpy()
+    x, y, x0, y0 = _inputs(torch, 100_003, 5)
     axpy_sin(y, x, 1.5)
     np.testing.assert_allclose(y.cpu().numpy(), _axpy_sin_ref(y0, x0, 1.5), rtol=1e-5, atol=1e-6)
 
@@ -149,10 +154,7 @@ def test_a_fused_op_in_place_matches_float64_eager_and_compiled(torch_cuda):
 def test_a_fused_op_captured_in_a_torch_cuda_graph_replays_right(torch_cuda):
     torch = torch_cuda
     axpy_sin = _ops()["axpy_sin"]
-    gen = torch.Generator(device="cuda").manual_seed(6)
-    x = torch.randn(4096, device="cuda", generator=gen)
-    y = torch.randn(4096, device="cuda", generator=gen)
-    x0, y0 = x.cpu().numpy(), y.cpu().numpy()
+    x, y, x0, y0 = _inputs(torch, 4096, 6)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up off the capture, as torch asks
