@@ -55,7 +55,7 @@ def _ops():
     import tenferro.torch as tft
 
     def kernel(s, name):
-        return s.resource(("tests.torch", name), lambda s: s.compile(SRC)).function(name)
+        return s.resource("tests.torch", lambda s: s.compile(SRC)).function(name)
 
     @tft.op("tenferro_test::axpy_sin", mutates_args=("y",))
     def axpy_sin(s: tf.Session, y: torch.Tensor, x: torch.Tensor, a: float) -> None:
