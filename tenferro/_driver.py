@@ -45,6 +45,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "graph_destroy",
     "graph_node_count",
     "kernel_function",
+    "launch_record",
     "launcher",
     "max_active_clusters",
     "mem_free",
@@ -555,8 +556,7 @@ def max_active_clusters(func: int, dims: tuple, cluster: tuple, stream: int, op:
 
 def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:
     """Allow ``nbytes`` of dynamic shared memory for ``func`` (needed above 48 KiB)."""
-    attr = _FA.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    _check(op, _cu.cuFuncSetAttribute(_cu.CUfunction(func), attr, nbytes))
+    func_set_attribute(func, "MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes, op)
 
 
 def func_param_layout(func: int) -> list[tuple[int, int]]:
@@ -724,6 +724,17 @@ class ExtendedLaunchRecord:
 
 
 _extended_calls: dict[int, tuple] = {}  # ExtendedLaunchRecord address -> its call's arguments
+
+
+def launch_record(func: int, dims: tuple, stream: int, params: int, cluster: tuple | None,
+                  cooperative: bool) -> LaunchRecord | ExtendedLaunchRecord:
+    """The record a launcher takes: extended (cuLaunchKernelEx) with clusters or cooperation.
+
+    ``launcher(extended=cluster is not None or cooperative)`` is the one that reads it.
+    """
+    if cluster is not None or cooperative:
+        return ExtendedLaunchRecord(func, dims, stream, params, cluster, cooperative)
+    return LaunchRecord(func, dims, stream, params)
 
 
 def _extended_launcher(record: int) -> int:

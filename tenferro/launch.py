@@ -363,13 +363,9 @@ class BoundLaunch:
         self._param_block = fn.param_block.fresh()
         self.args = list(args)
         self.spans = self._param_block.pack(self.args, session, op)
-        if config.extended:
-            self._record = _driver.ExtendedLaunchRecord(
-                fn.handle, config.dims, session.stream, self._param_block.address,
-                config.cluster, config.cooperative)
-        else:
-            self._record = _driver.LaunchRecord(fn.handle, config.dims, session.stream,
-                                                self._param_block.address)
+        self._record = _driver.launch_record(fn.handle, config.dims, session.stream,
+                                             self._param_block.address, config.cluster,
+                                             config.cooperative)
         self._record_address = self._record.address
         self._name = fn.name
         self._launch = _driver.launcher(config.extended)

@@ -209,8 +209,12 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
     got = early.result() if early is not None else None
     if got and all(e in got for e in entries):
         return {e: got[e] for e in entries}
-    return _lowered_probes(source + _PROBE_SOURCE, name, options,
-                           {e: f"{_PROBE}<decltype(&{e})>" for e in entries})
+    return _lowered_probes(source + _PROBE_SOURCE, name, options, _probe_exprs(entries))
+
+
+def _probe_exprs(kernels: list[str]) -> dict[str, str]:
+    """Each extern "C" kernel's probe: the template instantiated on the kernel's type."""
+    return {k: f"{_PROBE}<decltype(&{k})>" for k in kernels}
 
 
 # An extern "C" kernel as people write it; a guess from the text, which PTX's entries confirm.
@@ -252,8 +256,7 @@ def _early_c_type_probes(source: str, name: str, options: list[str]) -> _Early |
     guessed = list(dict.fromkeys(_EXTERN_C_KERNEL.findall(source)))
     if not guessed:
         return None
-    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options,
-                  {e: f"{_PROBE}<decltype(&{e})>" for e in guessed})
+    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options, _probe_exprs(guessed))
 
 
 def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:
@@ -559,17 +562,12 @@ class Function:
         A config with clusters or a cooperative launch gets an extended record, which only
         the checked launch path reads: `last_config`, what the fast path compares, stays unset.
         """
-        if config.extended:
-            self.record = _driver.ExtendedLaunchRecord(
-                self.handle, config.dims, stream, self.param_block.address, config.cluster,
-                config.cooperative)
-            self.last_config = _NO_CONFIG
-        else:
-            self.record = _driver.LaunchRecord(self.handle, config.dims, stream,
-                                               self.param_block.address)
-            self.last_config = config
+        self.record = _driver.launch_record(self.handle, config.dims, stream,
+                                            self.param_block.address, config.cluster,
+                                            config.cooperative)
         self.record_address = self.record.address
         self.record_config = config
+        self.last_config = _NO_CONFIG if config.extended else config
 
     def compiled_cluster(self) -> tuple[int, int, int] | None:
         """The cluster shape the kernel was compiled with (``__cluster_dims__``), or None."""

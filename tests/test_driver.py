@@ -167,3 +167,12 @@ def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attribute
     del rec
     with pytest.raises(KeyError):  # a record gone takes its call with it
         _driver.launcher(True)(address)
+
+
+@pytest.mark.parametrize(("cluster", "cooperative", "kind"), [
+    (None, False, "LaunchRecord"), ((2, 1, 1), False, "ExtendedLaunchRecord"),
+    (None, True, "ExtendedLaunchRecord"), ((1, 1, 1), True, "ExtendedLaunchRecord")])
+def test_a_launch_record_is_extended_exactly_with_clusters_or_cooperation(cluster, cooperative,
+                                                                          kind):
+    rec = _driver.launch_record(0x1, (2, 1, 1, 32, 1, 1, 0), 0x2, 0x3, cluster, cooperative)
+    assert type(rec).__name__ == kind
