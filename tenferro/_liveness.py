@@ -112,7 +112,11 @@ class Liveness:
             _driver.mem_free_async(ptr, self.stream)
 
     def close(self) -> None:
-        """Drop everything and destroy the fence events (the stream is idle or gone)."""
+        """Free what is deferred, drop everything and destroy the fence events (idle stream)."""
+        try:
+            self.free_deferred()
+        except Exception:  # a context poisoned by a fault refuses; the process must restart
+            pass
         self.held = []
         self.generation += 1
         self.retained.clear()

@@ -17,7 +17,8 @@ this thread's, and the interpreter's exit the main thread's. Every check of a la
 
 While torch captures the stream (``torch.cuda.graph``, ``torch.compile(mode=
 "reduce-overhead")``) the session records no events, allocates nothing and waits for nothing,
-and keeps the owners of the captured launches for as long as it lives.
+and keeps the owners of the captured launches for as long as it lives; Tensors of the session
+dropped in the op meanwhile are freed at its first call after the capture, or when it closes.
 
 torch is optional: ``import tenferro`` never imports it, and this module says so when it is
 missing.
@@ -107,6 +108,8 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     if _driver.stream_is_capturing(s.stream, "tenferro.torch.op"):
         with captured_elsewhere(s):
             return fn(s, *args, **kwargs)
+    if s.liveness.deferred_frees:  # Tensors dropped while torch captured: the stream records
+        s.liveness.free_deferred()
     return fn(s, *args, **kwargs)
 
 

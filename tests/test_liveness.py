@@ -122,6 +122,28 @@ def test_close_destroys_every_event_once(fake):
     assert sorted(fake.destroyed) == events and live.retained == [] and not live.fences
 
 
+def test_close_frees_what_a_capture_deferred(fake):
+    # A capture another library ran (tenferro.torch) may end after the session's last call.
+    live = _liveness.Liveness(stream=5, fence_every=8, fence_bytes=1 << 30)
+    live.end_capture(live.begin_capture())
+    live.defer_free(0x2000)
+    live.close()
+    assert fake.freed == [(0x2000, 5)] and live.deferred_frees == []
+
+
+def test_close_goes_on_when_a_deferred_free_is_refused(fake, monkeypatch):
+    live = _liveness.Liveness(stream=5, fence_every=1, fence_bytes=1 << 30)
+    live.hold("a")  # fenced: its event must still be destroyed
+
+    def refuse(ptr, stream):
+        raise tf.BackendError("cuMemFreeAsync failed")
+
+    monkeypatch.setattr(_liveness._driver, "mem_free_async", refuse)
+    live.defer_free(0x3000)
+    live.close()
+    assert fake.destroyed and not live.fences and live.deferred_frees == []
+
+
 @pytest.mark.gpu
 def test_kernel_survives_dropping_its_inputs_and_reusing_memory(session, rng):
     """The stream-ordered free and the session's holds keep a running kernel's inputs valid."""
