@@ -4,13 +4,15 @@ A session enters and leaves through `entered` and `left`; `innermost` is the one
 `tenferro.from_dlpack` uses by default. `open_session` (``tf.Session.open``) opens one that
 stays open across notebook cells until `close_session` (``s.close()``) or interpreter exit;
 opening again on the same device from the same thread closes the earlier one, so re-running
-a cell does not leave sessions behind.
+a cell does not leave sessions behind. `keep_open` and `kept` are the registry behind it, which
+tenferro.torch's per-thread sessions share.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from .errors import RuntimeStateError, ValidationError
@@ -19,10 +21,11 @@ if TYPE_CHECKING:
     from .session import Session
     from .spans import TensorMut, TensorRef
 
-__all__ = ["close_session", "entered", "from_dlpack", "innermost", "left", "open_session"]
+__all__ = ["close_kept", "close_session", "entered", "from_dlpack", "innermost", "keep_open",
+           "kept", "left", "open_session"]
 
 _local = threading.local()  # .stack: this thread's open sessions, innermost last
-_opened: dict[tuple[int, int], Any] = {}  # (thread, device) -> the session open_session made
+_kept: dict[Hashable, Any] = {}  # key -> a session kept open outside a with block
 _lock = threading.Lock()
 _exit_hook = False
 
@@ -37,18 +40,56 @@ def entered(s: Any) -> None:
 
 def left(s: Any) -> None:
     """Forget ``s``: it has closed."""
+    _leave_stack(s)
+    with _lock:
+        for key in [k for k, v in _kept.items() if v is s]:
+            del _kept[key]
+
+
+def _leave_stack(s: Any) -> None:
     stack = getattr(_local, "stack", [])
     if s in stack:
         stack.remove(s)
-    with _lock:
-        for key in [k for k, v in _opened.items() if v is s]:
-            del _opened[key]
 
 
 def innermost() -> Any:
     """This thread's innermost open session, or None."""
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else None
+
+
+def kept(key: Hashable) -> Any:
+    """The open session `keep_open` registered under ``key``, or None."""
+    s = _kept.get(key)  # one dict read: tenferro.torch asks on every operator call
+    return s if s is not None and s.is_open else None
+
+
+def keep_open(s: Any, key: Hashable, *, innermost: bool = True) -> None:
+    """Keep the entered session ``s`` under ``key`` until it closes or the interpreter exits.
+
+    ``innermost=False``: not this thread's default session (`tenferro.from_dlpack` keeps
+    using the user's own), as for the sessions tenferro.torch makes behind operators.
+    """
+    global _exit_hook
+    if not innermost:
+        _leave_stack(s)
+    with _lock:
+        _kept[key] = s
+        if not _exit_hook:
+            atexit.register(_close_at_exit)
+            _exit_hook = True
+
+
+def close_kept(match: Callable[[Hashable], bool]) -> None:
+    """Close this thread's kept sessions whose key ``match``es; a refusal closes the rest."""
+    me = threading.get_ident()
+    with _lock:
+        sessions = [s for k, s in _kept.items() if match(k) and s.thread == me]
+    for s in sessions:
+        try:
+            close_session(s)
+        except Exception:  # a faulted device: the session is closed all the same
+            pass
 
 
 def open_session(cls: type, device: int = 0, stream: Any = None) -> Any:
@@ -59,19 +100,13 @@ def open_session(cls: type, device: int = 0, stream: Any = None) -> Any:
     Opening again on the same device from the same thread first closes the session opened
     before, whose handles then refuse use.
     """
-    global _exit_hook
     key = (threading.get_ident(), device)
-    with _lock:
-        earlier = _opened.get(key)
+    earlier = kept(key)
     if earlier is not None:
         close_session(earlier)
     s = cls(device, stream)
     s.__enter__()
-    with _lock:
-        _opened[key] = s
-        if not _exit_hook:
-            atexit.register(_close_at_exit)
-            _exit_hook = True
+    keep_open(s, key)
     return s
 
 
@@ -90,7 +125,7 @@ def close_session(s: Any) -> None:
 
 def _close_at_exit() -> None:
     with _lock:
-        sessions = list(_opened.values())
+        sessions = list(_kept.values())
     for s in sessions:
         try:
             close_session(s)

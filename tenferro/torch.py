@@ -26,7 +26,6 @@ missing.
 
 from __future__ import annotations
 
-import atexit
 import inspect
 import threading
 from collections.abc import Callable, Sequence
@@ -45,10 +44,7 @@ from .interop.producers import torch_current_stream
 
 __all__ = ["close_sessions", "op", "session_for"]
 
-_local = threading.local()  # .sessions: {(device, stream): Session} of this thread
 _current_stream = torch_current_stream(torch)
-_exit_hook = threading.Lock()
-_hooked = False
 
 
 def session_for(device: int | None = None) -> Session:
@@ -56,36 +52,21 @@ def session_for(device: int | None = None) -> Session:
 
     Made at the first call for that device and stream on this thread, then kept open.
     """
-    global _hooked
     if device is None:
         device = torch.cuda.current_device()
     stream = _current_stream(device)
-    sessions = getattr(_local, "sessions", None)
-    if sessions is None:
-        sessions = _local.sessions = {}
-    s = sessions.get((device, stream))
-    if s is None or not s.is_open:
+    key = (__name__, threading.get_ident(), device, stream)
+    s = scope.kept(key)
+    if s is None:
         s = Session(device, stream=stream)
         s.__enter__()
-        scope.left(s)  # not a with block's: tf.from_dlpack's default stays the user's session
-        sessions[(device, stream)] = s
-        if not _hooked:
-            with _exit_hook:
-                if not _hooked:
-                    atexit.register(close_sessions)  # runs on the main thread: its sessions
-                    _hooked = True
+        scope.keep_open(s, key, innermost=False)  # tf.from_dlpack keeps the user's session
     return s
 
 
 def close_sessions() -> None:
     """Close the sessions this thread's operator calls made (each synchronizes first)."""
-    sessions = getattr(_local, "sessions", {})
-    while sessions:
-        _, s = sessions.popitem()
-        try:
-            s.close()
-        except Exception:  # a faulted device: the session is closed all the same
-            pass
+    scope.close_kept(lambda key: key[0] == __name__)
 
 
 def _device_of(args: tuple, kwargs: dict) -> int | None:

@@ -78,6 +78,35 @@ def test_interpreter_exit_closes_what_is_still_open():
     assert (a.exits, b.exits) == (1, 1) and not a.is_open
 
 
+def test_a_kept_session_not_innermost_leaves_the_users_default_alone():
+    with Stand() as users:
+        kept = Stand(2, 9).__enter__()  # as tenferro.torch opens one behind an operator
+        scope.keep_open(kept, ("ops", 2, 9), innermost=False)
+        assert scope.innermost() is users and scope.kept(("ops", 2, 9)) is kept
+        assert scope.kept(("ops", 2, 8)) is None
+    assert scope.innermost() is None and kept.is_open
+    kept.__exit__(None, None, None)  # closed by other means: no longer handed out
+    assert scope.kept(("ops", 2, 9)) is None
+
+
+def test_close_kept_closes_this_threads_matching_sessions_only():
+    ops, mine = Stand(0).__enter__(), scope.open_session(Stand, 1)
+    scope.keep_open(ops, ("ops", 0), innermost=False)
+    theirs = []
+
+    def other():
+        theirs.append(Stand(0).__enter__())
+        scope.keep_open(theirs[0], ("ops", 1), innermost=False)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    scope.close_kept(lambda key: key[0] == "ops")
+    assert not ops.is_open and mine.is_open and theirs[0].is_open  # another thread's stays
+    assert scope.kept(("ops", 1)) is theirs[0]
+    theirs[0].__exit__(None, None, None)
+
+
 def test_sessions_of_a_with_block_nest_on_their_thread():
     with Stand() as outer:
         with Stand() as inner:
