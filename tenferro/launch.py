@@ -47,16 +47,17 @@ class LaunchConfig:
     """Grid and block dimensions and dynamic shared memory of one launch; immutable.
 
     ``cluster=(x, y, z)`` groups blocks into thread-block clusters (sm_90 and later: blocks of
-    a cluster share distributed shared memory); ``cooperative=True`` makes a launch whose blocks
-    all run at once, as ``cooperative_groups::this_grid().sync()`` needs. Both launch through
-    cuLaunchKernelEx; a config with neither takes the plain launch path.
+    a cluster share distributed shared memory; ``cluster_blocks`` is their number, 0 without
+    clusters); ``cooperative=True`` makes a launch whose blocks all run at once, as
+    ``cooperative_groups::this_grid().sync()`` needs. Both launch through cuLaunchKernelEx; a
+    config with neither takes the plain launch path.
 
     Refused at construction (`ValidationError`): a dimension below 1, more than 1024 threads a
     block (or a block dimension past 1024, 1024, 64), a grid x past 2**31-1 or y/z past 65535,
     negative shared memory, a grid that is not a whole number of clusters.
     """
 
-    __slots__ = ("block", "cluster", "cooperative", "dims", "extended", "grid",
+    __slots__ = ("block", "cluster", "cluster_blocks", "cooperative", "dims", "extended", "grid",
                  "shared_mem_bytes", "threads_per_block")
 
     def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...],
@@ -89,6 +90,7 @@ class LaunchConfig:
         object.__setattr__(self, "threads_per_block", threads)
         object.__setattr__(self, "dims", (*g, *b, shared_mem_bytes))  # as the launcher takes
         object.__setattr__(self, "cluster", c)
+        object.__setattr__(self, "cluster_blocks", 0 if c is None else c[0] * c[1] * c[2])
         object.__setattr__(self, "cooperative", cooperative)
         object.__setattr__(self, "extended", c is not None or cooperative)
 
@@ -213,10 +215,9 @@ def check_launch(config: LaunchConfig, fn: Any, op: str) -> None:
             major, minor = ctx.compute_capability
             raise ValidationError(f"{op}: cluster={config.cluster} needs thread-block clusters "
                                   f"(sm_90 or later); this device is sm_{major}{minor}")
-        size = config.cluster[0] * config.cluster[1] * config.cluster[2]
-        if size > 16 or not fn.active_clusters(config, op):
+        if config.cluster_blocks > 16 or not fn.active_clusters(config, op):
             raise ValidationError(
-                f"{op}: clusters of {size} blocks of block={config.block} with "
+                f"{op}: clusters of {config.cluster_blocks} blocks of block={config.block} with "
                 f"shared_mem_bytes={config.shared_mem_bytes} cannot run {name!r} on this "
                 "device: a cluster's blocks must fit on one group of multiprocessors at once "
                 "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)")

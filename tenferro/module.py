@@ -591,8 +591,7 @@ class Function:
         Above 8 blocks a cluster (the portable size) the kernel is opted in first, as a launch
         above 48 KiB of shared memory is.
         """
-        size = config.cluster[0] * config.cluster[1] * config.cluster[2]
-        if size > 8:
+        if config.cluster_blocks > 8:
             _driver.func_set_attribute(self.handle, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1, op)
         return _driver.max_active_clusters(self.handle, config.dims, config.cluster,
                                            self.session.stream, op)

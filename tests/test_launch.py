@@ -613,6 +613,8 @@ def test_a_config_refuses_clusters_that_do_not_tile_the_grid(kwargs, msg):
 def test_a_config_takes_clusters_that_tile_the_grid():
     assert tf.LaunchConfig(8, 32, cluster=4).cluster == (4, 1, 1)  # beside 6, refused above
     assert tf.LaunchConfig((4, 4), 32, cluster=(2, 2)).cluster == (2, 2, 1)
+    assert tf.LaunchConfig((4, 4), 32, cluster=(2, 2)).cluster_blocks == 4
+    assert tf.LaunchConfig((4, 4), 32).cluster_blocks == 0
     assert tf.LaunchConfig(4, 32, cluster=(1, 1, 1)).cluster == (1, 1, 1)
 
 
