@@ -114,6 +114,9 @@ class KernelArg:
         return f"KernelArg({self.describe()})"
 
 
+_KEPT_SCALARS = 256  # values a scalar factory keeps, each type (then it starts again)
+
+
 def _scalar_factory(name: str) -> Any:
     t = dtypes.by_name(name)
     op = f"tf.{name}"
@@ -126,25 +129,44 @@ def _scalar_factory(name: str) -> Any:
         return a
 
     # The common case, an int in range or a float, is packed at once; anything else takes
-    # pack_scalar, which checks it and words the refusal.
+    # pack_scalar, which checks it and words the refusal. The scalars made last are kept by
+    # value (a KernelArg never changes), so a loop that passes tf.u32(n) each call passes the
+    # same object, and a launch of the same objects as the last one skips its checks. Zero
+    # is not kept for floats: 0.0 and -0.0 are equal keys with different bits.
+    made: dict[Any, KernelArg] = {}
     if t.kind in ("int", "uint"):
         bits = 8 * t.itemsize
         lo, hi = (-(1 << (bits - 1)), 1 << (bits - 1)) if t.kind == "int" else (0, 1 << bits)
         put = struct.Struct(t.fmt).pack
 
         def make(value: Any) -> KernelArg:
-            if value.__class__ is int and lo <= value < hi:
-                return typed(put(value))
+            if value.__class__ is int:
+                a = made.get(value)
+                if a is not None:
+                    return a
+                if lo <= value < hi:
+                    if len(made) >= _KEPT_SCALARS:
+                        made.clear()
+                    a = made[value] = typed(put(value))
+                    return a
             return typed(pack(t, value, op))
     elif t.name in ("f32", "f64"):
         put = struct.Struct(t.fmt).pack
 
         def make(value: Any) -> KernelArg:
             if value.__class__ is float:
+                a = made.get(value)
+                if a is not None:
+                    return a
                 try:
-                    return typed(put(value))
+                    a = typed(put(value))
                 except OverflowError:  # past f32's range: pack_scalar words it
-                    pass
+                    return typed(pack(t, value, op))
+                if value:
+                    if len(made) >= _KEPT_SCALARS:
+                        made.clear()
+                    made[value] = a
+                return a
             return typed(pack(t, value, op))
     else:
         def make(value: Any) -> KernelArg:

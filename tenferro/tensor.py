@@ -10,6 +10,7 @@ outlive its session: the memory lives as long as the consumer holds the Tensor.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ class Tensor:
 
     __slots__ = (
         "__weakref__",
+        "_mut_span",
+        "_ref_span",
         "context",
         "device",
         "nbytes",
@@ -51,6 +54,7 @@ class Tensor:
     def allocate(cls, session: Any, shape: tuple[int, ...], t: ScalarType, op: str) -> Tensor:
         """A new Tensor from the session's memory pool, on its stream (the session checks first)."""
         self = object.__new__(cls)
+        self._ref_span = self._mut_span = None  # weak references to the spans last made
         n = 1
         for d in shape:
             n *= d
@@ -64,6 +68,27 @@ class Tensor:
         self.nbytes = n * t.itemsize
         self.ptr = session.context.alloc_async(self.nbytes, session.stream, op)
         return self
+
+    def span(self, cls: type) -> Span:
+        """A `TensorRef` or `TensorMut` (``cls``) over the whole Tensor, for its session.
+
+        The one made last while something still holds it: a Tensor's fields never change, so
+        the span is the same, and a launch given the very objects of the previous one skips
+        the checks it made then. The Tensor keeps only a weak reference (no cycle through the
+        span's owner).
+        """
+        ref = self._mut_span if cls is TensorMut else self._ref_span
+        if ref is not None:
+            span = ref()
+            if span is not None:
+                return span
+        span = cls.compact(self.ptr, self.shape, self.strides, self.scalar_type, self.nbytes,
+                           self.device, self, self.session)
+        if cls is TensorMut:
+            self._mut_span = weakref.ref(span)
+        else:
+            self._ref_span = weakref.ref(span)
+        return span
 
     def __del__(self) -> None:
         ptr = getattr(self, "ptr", 0)

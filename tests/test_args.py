@@ -54,6 +54,47 @@ def test_scalars_refuse_wrong_kind():
         tf.f32("1")
 
 
+def test_a_scalar_of_a_value_made_again_is_the_same_object_with_the_same_bits():
+    # A loop that writes tf.u32(n) each call passes one object: a launch of the very objects
+    # of the previous one skips its checks.
+    assert tf.u32(4096) is tf.u32(4096) and tf.f32(2.5) is tf.f32(2.5)
+    assert tf.i64(-3) is tf.i64(-3) and tf.f64(0.1) is tf.f64(0.1)
+    assert tf.u64(4096) is not tf.u32(4096) and tf.u64(4096).data == (4096).to_bytes(8, "little")
+    assert tf.u32(4096).data == bytes.fromhex("00100000")
+    assert tf.f32(2.5).data == bytes.fromhex("00002040")
+
+
+def test_float_zeros_keep_their_sign_whichever_comes_first():
+    for first, second in ((0.0, -0.0), (-0.0, 0.0)):
+        a, b = tf.f32(first), tf.f32(second)
+        assert {a.data, b.data} == {bytes.fromhex("00000000"), bytes.fromhex("00000080")}
+        assert tf.f64(-0.0).data == bytes.fromhex("0000000000000080")
+        assert tf.f64(0.0).data == bytes(8)
+
+
+def test_kept_scalars_are_bounded_and_stay_right_past_the_bound():
+    from tenferro import args
+
+    values = range(1000, 1000 + 3 * args._KEPT_SCALARS + 1)
+    for v in values:
+        assert tf.u32(v).data == v.to_bytes(4, "little")
+        assert tf.f64(v + 0.5).data == struct.pack("<d", v + 0.5)
+    assert tf.u32(values[-1]) is tf.u32(values[-1])
+    cells = [c.cell_contents for c in tf.u32.__closure__ if isinstance(c.cell_contents, dict)]
+    assert cells and len(cells[0]) <= args._KEPT_SCALARS
+
+
+def test_a_refused_value_is_not_kept_and_the_last_in_range_is():
+    for _ in range(2):  # a second time: nothing from the first refusal answers it
+        with pytest.raises(tf.ValidationError, match=r"tf\.u32: .*out of range"):
+            tf.u32(1 << 32)
+        with pytest.raises(tf.ValidationError, match=r"tf\.f32: .*overflows"):
+            tf.f32(1e39)
+    assert tf.u32((1 << 32) - 1).data == bytes.fromhex("ffffffff")
+    assert tf.u32((1 << 32) - 1) is tf.u32((1 << 32) - 1)
+    assert tf.u32(True).data == (1).to_bytes(4, "little")  # a bool takes the checked path
+
+
 def test_scalars_pack_exact_bits():
     # Bit patterns written out from the IEEE formats, not computed the way the code does.
     assert tf.f32(1.0).data == bytes.fromhex("0000803f")

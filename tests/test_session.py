@@ -48,6 +48,30 @@ def test_axpy_matches_numpy(session, rng):
 
 
 @pytest.mark.gpu
+def test_a_loop_of_fresh_spans_of_the_same_tensors_is_checked_once_and_computes(
+        session, rng, monkeypatch):
+    from tenferro.args import ParamBlock
+
+    n = 4099
+    x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    fn = session.compile(AXPY).function("axpy")
+    x, y = session.upload(x0), session.upload(y0)
+    cfg = tf.LaunchConfig.flat(n, 256)
+    packs = []
+    pack = ParamBlock.pack
+    monkeypatch.setattr(ParamBlock, "pack", lambda block, *a: packs.append(a[0]) or pack(block, *a))
+    for _ in range(3):  # as the README writes it: spans and scalars made on every call
+        session.launch(fn, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
+    session.launch(fn, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(-1.5), tf.u32(n)])
+    assert len(packs) == 2  # the first launch and the new value; the same objects between
+    want = y0.astype(np.float64) + 6.0 * x0 - 1.5 * x0
+    np.testing.assert_allclose(session.download(y), want, rtol=1e-5, atol=1e-5)
+    session.launch(fn, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
+    assert len(packs) == 3  # 2.0 again after -1.5: checked and packed again
+    np.testing.assert_allclose(session.download(y), want + 2.0 * x0, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
 def test_2d_kernel_writes_every_element(session, rng):
     rows, cols = 67, 131
     a, b = rng.standard_normal((rows, cols)), rng.standard_normal((rows, cols))

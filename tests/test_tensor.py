@@ -182,6 +182,50 @@ def _tensor(values, name="f32"):
     return t
 
 
+class _Allocates:
+    """What Tensor.allocate uses of a session: its context's allocator and stream."""
+
+    device, stream, is_open, thread = 0, 7, False, None
+
+    def __init__(self):
+        self.context = self
+
+    def alloc_async(self, nbytes, stream, op):
+        return 0x1000
+
+    def push(self):  # a closed session's Tensor frees through its context: not here
+        raise RuntimeError("no driver")
+
+
+def test_a_tensors_span_is_the_same_object_while_something_holds_it():
+    import gc
+    import weakref
+
+    from tenferro import dtypes
+    from tenferro.spans import TensorMut, TensorRef
+
+    s = _Allocates()
+    t = tf.Tensor.allocate(s, (4, 3), dtypes.by_name("f32"), "test")
+    mut = t.span(TensorMut)
+    assert t.span(TensorMut) is mut and type(mut) is TensorMut
+    ref = t.span(TensorRef)
+    assert type(ref) is TensorRef and t.span(TensorRef) is ref and ref is not mut
+    assert (mut.ptr, mut.shape, mut.strides, mut.nbytes, mut.lo, mut.hi, mut.owner,
+            mut.session) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s)
+    gone = weakref.ref(mut)
+    del mut
+    assert gone() is None  # the Tensor does not keep its span alive
+    again = t.span(TensorMut)
+    assert type(again) is TensorMut and again.ptr == 0x1000
+    gc.disable()  # no cycle: the Tensor goes by reference counting alone
+    try:
+        tensor_gone = weakref.ref(t)
+        del t, again, ref
+        assert tensor_gone() is None
+    finally:
+        gc.enable()
+
+
 def test_preview_shows_the_edges_of_each_dimension_from_a_download():
     values = np.arange(100.0, dtype=np.float32).reshape(10, 10) + 0.5
     t = _tensor(values)

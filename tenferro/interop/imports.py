@@ -40,7 +40,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     kind = x.__class__
     if kind is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
         # The session's own Tensor: compact, aligned by its allocation, writable, in range.
-        return cls.compact(x.ptr, x.shape, x.strides, x.scalar_type, x.nbytes, x.device, x, s)
+        return x.span(cls)
     reader = None if dlpack else direct_reader(kind)
     direct = None if reader is None else reader(x, s.device, op)
     if direct is not None:  # torch: its own attributes, no DLPack capsule
