@@ -29,6 +29,8 @@ _MAX_SHARED_ARG = (1 << 32) - 1  # cuLaunchKernel's sharedMemBytes is an unsigne
 
 
 def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
+    if value.__class__ is int and value >= 1:  # the usual 1-D case, before the general checks
+        return (value, 1, 1)
     if isinstance(value, bool):
         raise ValidationError(f"{op}: {name}={value!r} must be an int or a tuple of 1-3 ints")
     given = value
@@ -57,12 +59,35 @@ class LaunchConfig:
     negative shared memory, a grid that is not a whole number of clusters.
     """
 
-    __slots__ = ("block", "cluster", "cluster_blocks", "cooperative", "dims", "extended", "grid",
-                 "shared_mem_bytes", "threads_per_block")
+    __slots__ = ("_hash", "block", "cluster", "cluster_blocks", "cooperative", "dims",
+                 "extended", "grid", "shared_mem_bytes", "threads_per_block")
 
-    def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...],
-                 shared_mem_bytes: int = 0, *, cluster: int | tuple[int, ...] | None = None,
-                 cooperative: bool = False) -> None:
+    def __new__(cls, grid: int | tuple[int, ...], block: int | tuple[int, ...],
+                shared_mem_bytes: int = 0, *, cluster: int | tuple[int, ...] | None = None,
+                cooperative: bool = False) -> LaunchConfig:
+        """A checked config; a plain one made before from the same ints is given back.
+
+        Configs are immutable, so a launch that writes its config in the call (``s.launch(f,
+        tf.LaunchConfig.flat(n), ...)``) passes its Function's last config again.
+        """
+        key = None
+        if cls is LaunchConfig and cluster is None and cooperative is False and \
+                shared_mem_bytes.__class__ is int and (grid.__class__ is int or _plain(grid)) \
+                and (block.__class__ is int or _plain(block)):
+            key = (grid, block, shared_mem_bytes)
+            config = _made.get(key)
+            if config is not None:
+                return config
+        self = object.__new__(cls)
+        self._build(grid, block, shared_mem_bytes, cluster, cooperative)
+        if key is not None:
+            if len(_made) >= _KEPT_CONFIGS:
+                _made.clear()
+            _made[key] = self
+        return self
+
+    def _build(self, grid: Any, block: Any, shared_mem_bytes: Any, cluster: Any,
+               cooperative: Any) -> None:
         op = "LaunchConfig"
         g = _dim3(grid, "grid", op)
         b = _dim3(block, "block", op)
@@ -84,15 +109,18 @@ class LaunchConfig:
                                   f"cluster={c} in every dimension")
         if cooperative is not True and cooperative is not False:
             raise ValidationError(f"{op}: {cooperative=} must be True or False")
-        object.__setattr__(self, "grid", g)
-        object.__setattr__(self, "block", b)
-        object.__setattr__(self, "shared_mem_bytes", shared_mem_bytes)
-        object.__setattr__(self, "threads_per_block", threads)
-        object.__setattr__(self, "dims", (*g, *b, shared_mem_bytes))  # as the launcher takes
-        object.__setattr__(self, "cluster", c)
-        object.__setattr__(self, "cluster_blocks", 0 if c is None else c[0] * c[1] * c[2])
-        object.__setattr__(self, "cooperative", cooperative)
-        object.__setattr__(self, "extended", c is not None or cooperative)
+        dims = (*g, *b, shared_mem_bytes)  # as the launcher takes them
+        for name, value in (("grid", g), ("block", b), ("shared_mem_bytes", shared_mem_bytes),
+                            ("threads_per_block", threads), ("dims", dims), ("cluster", c),
+                            ("cluster_blocks", 0 if c is None else c[0] * c[1] * c[2]),
+                            ("cooperative", cooperative),
+                            ("extended", c is not None or cooperative),
+                            ("_hash", hash((dims, c, cooperative)))):
+            object.__setattr__(self, name, value)
+
+    def __reduce__(self) -> tuple:
+        return (_config, (self.grid, self.block, self.shared_mem_bytes, self.cluster,
+                          self.cooperative))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("LaunchConfig is immutable")
@@ -103,10 +131,12 @@ class LaunchConfig:
 
         ``threads`` = 0 is refused: a launch of no threads is a bug the driver would also refuse.
         """
-        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-            raise ValidationError(f"LaunchConfig.flat: {threads=} must be an int >= 1")
-        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
-            raise ValidationError(f"LaunchConfig.flat: {block=} must be an int >= 1")
+        if threads.__class__ is not int or threads < 1:
+            if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+                raise ValidationError(f"LaunchConfig.flat: {threads=} must be an int >= 1")
+        if block.__class__ is not int or block < 1:
+            if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+                raise ValidationError(f"LaunchConfig.flat: {block=} must be an int >= 1")
         return cls((threads + block - 1) // block, block, shared_mem_bytes)
 
     @classmethod
@@ -156,7 +186,7 @@ class LaunchConfig:
             self.cluster == other.cluster and self.cooperative == other.cooperative
 
     def __hash__(self) -> int:
-        return hash((self.dims, self.cluster, self.cooperative))
+        return self._hash
 
     def __repr__(self) -> str:
         extra = "" if self.cluster is None else f", cluster={self.cluster}"
@@ -164,6 +194,22 @@ class LaunchConfig:
             extra += ", cooperative=True"
         return (f"LaunchConfig(grid={self.grid}, block={self.block}, "
                 f"shared_mem_bytes={self.shared_mem_bytes}{extra})")
+
+
+_KEPT_CONFIGS = 4096  # plain configs kept by their arguments (then it starts again)
+_made: dict[tuple, LaunchConfig] = {}
+
+
+def _plain(dims: Any) -> bool:
+    """An int or a tuple of ints, none a bool: arguments that name one config as a key."""
+    cls = dims.__class__
+    return cls is int or (cls is tuple and all(d.__class__ is int for d in dims))
+
+
+def _config(grid: Any, block: Any, shared_mem_bytes: int, cluster: Any,
+            cooperative: bool) -> LaunchConfig:
+    """`LaunchConfig` from its fields, for pickle and copy."""
+    return LaunchConfig(grid, block, shared_mem_bytes, cluster=cluster, cooperative=cooperative)
 
 
 def check_against(config: LaunchConfig, fn: Any, op: str) -> None:

@@ -433,6 +433,78 @@ def test_flat_defaults_and_configs_compare_by_value():
         == 2
 
 
+def test_a_plain_config_made_again_from_the_same_ints_is_the_same_object():
+    # A launch written with its config in the call passes its Function's last config again.
+    assert tf.LaunchConfig(4, 32) is tf.LaunchConfig(4, 32)
+    assert tf.LaunchConfig((4, 2), (8, 8), 128) is tf.LaunchConfig((4, 2), (8, 8), 128)
+    assert tf.LaunchConfig.flat(1000) is tf.LaunchConfig.flat(1000)
+    assert tf.LaunchConfig.flat(1000) is tf.LaunchConfig(4, 256)
+    assert tf.LaunchConfig(4, 32) is not tf.LaunchConfig((4,), 32)  # equal, kept apart
+    assert tf.LaunchConfig(4, 32) == tf.LaunchConfig((4,), 32)
+    coop = tf.LaunchConfig(4, 32, cooperative=True)
+    assert coop == tf.LaunchConfig(4, 32, cooperative=True) and coop != tf.LaunchConfig(4, 32)
+
+
+@pytest.mark.parametrize("grid,block", [(True, 32), ((1, True), 32), (4, (True,)), (4, 1025)])
+def test_a_kept_config_never_answers_arguments_that_are_refused(grid, block):
+    tf.LaunchConfig(1, 32), tf.LaunchConfig((1, 1), 32), tf.LaunchConfig(4, (1,))  # kept
+    for _ in range(2):  # the refusal is not kept either
+        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: "):
+            tf.LaunchConfig(grid, block)
+
+
+def test_kept_configs_are_bounded_and_stay_right_past_the_bound():
+    from tenferro import launch
+
+    for g in range(1, launch._KEPT_CONFIGS + 2):
+        c = tf.LaunchConfig(g, 64)
+        assert c.grid == (g, 1, 1) and c.dims == (g, 1, 1, 64, 1, 1, 0)
+    assert len(launch._made) <= launch._KEPT_CONFIGS
+    assert tf.LaunchConfig(7, 64) is tf.LaunchConfig(7, 64)
+
+
+@pytest.mark.parametrize("config", [
+    tf.LaunchConfig((4, 2), 32, 16), tf.LaunchConfig((4, 2), 32, cluster=(2, 1)),
+    tf.LaunchConfig(8, 64, cooperative=True)])
+def test_a_config_survives_pickle_and_copy(config):
+    import copy
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(config)), copy.copy(config), copy.deepcopy(config)):
+        assert again == config and again.cluster == config.cluster
+        assert again.cooperative is config.cooperative and hash(again) == hash(config)
+
+
+def test_an_equal_config_keeps_the_functions_launch_record(monkeypatch):
+    import types
+
+    from tenferro import launch, module
+
+    made = []
+
+    def record(*args):
+        made.append(args)
+        return types.SimpleNamespace(address=len(made))
+
+    monkeypatch.setattr(module._driver, "launch_record", record)
+    fn = object.__new__(module.Function)
+    fn.handle, fn.param_block = 0x10, types.SimpleNamespace(address=0x20)
+    fn.record_config = fn.last_config = module._NO_CONFIG
+    a = tf.LaunchConfig(8, 64)
+    launch._made.clear()
+    b = tf.LaunchConfig(8, 64)  # equal, another object
+    fn.use_config(a, 7)
+    fn.use_config(b, 7)
+    assert len(made) == 1 and fn.record_address == 1
+    assert fn.last_config is b and fn.record_config is b  # the fast path compares with b
+    fn.use_config(tf.LaunchConfig(8, 128), 7)  # another config: another record
+    assert len(made) == 2 and fn.record_address == 2
+    coop = tf.LaunchConfig(8, 64, cooperative=True)
+    fn.use_config(coop, 7)
+    fn.use_config(tf.LaunchConfig(8, 64, cooperative=True), 7)
+    assert len(made) == 3 and fn.last_config is module._NO_CONFIG  # never the fast path
+
+
 # --- LaunchConfig.auto: the block size chosen from the occupancy, without a GPU ---------------
 
 class _Occupied(_Fn):
