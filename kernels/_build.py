@@ -81,7 +81,6 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
 # blocks an SM, while sum fell to 2.06 TB/s from 4.15 (benchmarks/kernels.py --sweep).
 BLOCKS_PER_SM = 8
 _MAX_GRID = (1 << 31) - 1
-_configs: dict[tuple[int, int], LaunchConfig] = {}
 
 
 def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
@@ -89,19 +88,13 @@ def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
     """A 1-D config for a grid-stride loop over ``n`` items, ``per_thread`` a thread a step.
 
     No more blocks than the items need; with ``capped``, at most ``BLOCKS_PER_SM`` a
-    multiprocessor. Configs are kept (they are immutable), so a relaunch builds none.
+    multiprocessor. A relaunch gets the same config object (LaunchConfig keeps plain ones).
     """
     threads = (n + per_thread - 1) // per_thread
     blocks = (threads + block - 1) // block
     if capped:
         blocks = min(blocks, s.context.attribute("MULTIPROCESSOR_COUNT") * BLOCKS_PER_SM)
-    key = (max(1, min(blocks, _MAX_GRID)), block)
-    config = _configs.get(key)
-    if config is None:
-        if len(_configs) > 4096:
-            _configs.clear()
-        config = _configs[key] = LaunchConfig(*key)
-    return config
+    return LaunchConfig(max(1, min(blocks, _MAX_GRID)), block)
 
 
 def type_of(span: Any) -> dtypes.ScalarType:
