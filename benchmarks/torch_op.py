@@ -9,8 +9,6 @@ Triton operators); beside it the same tenferro launch called directly in a sessi
 stream (no operator dispatch), and torch's eager ``y.copy_(a * x + y.sin())``.
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os

@@ -627,7 +627,8 @@ class ExecutableGraph:
         """
         err, info = _cu.cuGraphExecUpdate(self._exec, _cu.CUgraph(graph))
         if err == _cu.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
-            return info.result.name
+            # cuda.bindings returns no result info with an error: the error's name is the reason
+            return info.result.name if info is not None else err.name
         _check(op, (err,))
         return None
 

@@ -71,17 +71,21 @@ class Graph:
     def take_update(self, graph: int, node_count: int, owners: list, op: str) -> None:
         """Take the node parameters of ``graph`` (a new capture of the same work) and its owners.
 
-        Refused (`ValidationError` naming the driver's reason) when the work is not the same:
-        other kernels, another order, another node count. Then this graph is as it was: a
-        part-updated executable graph is replaced by a new one of the old graph. ``graph`` is
-        owned from here on either way.
+        Refused (`ValidationError`) when the work is not the same: another node count (seen
+        before the driver is asked), or other kernels or order (the driver's reason). Then
+        this graph is as it was: an executable graph the driver may have part-updated is
+        replaced by a new one of the old graph. ``graph`` is owned from here on either way.
         """
-        why = self._exec.update(graph, op)
+        if node_count != self.node_count:  # not the same work: the driver is not asked
+            why = f"it has {node_count} node(s), the graph {self.node_count}"
+        else:
+            why = self._exec.update(graph, op)
+            if why is not None:  # the driver may have left it part-updated: made anew
+                stale, self._exec = self._exec, None
+                stale.destroy()  # launches in flight finish first; the driver frees it after
+                self._exec = _driver.ExecutableGraph(self._graph, self.session.stream, op)
         if why is not None:
             _driver.graph_destroy(graph)
-            stale, self._exec = self._exec, None
-            stale.destroy()  # launches in flight finish first; the driver frees it after them
-            self._exec = _driver.ExecutableGraph(self._graph, self.session.stream, op)
             raise ValidationError(
                 f"{op}: update=graph: the new capture is not the same work as the graph's, so "
                 f"it cannot update it ({why}); capture without update= for a new graph")

@@ -204,16 +204,29 @@ def test_an_update_takes_the_new_captures_owners_and_holds_the_old(stand_in_grap
 def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
     g, destroyed = stand_in_graph
     first_exec = g._exec
-    _Exec.refuse = "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED"
+    _Exec.refuse = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"
     with pytest.raises(tf.ValidationError, match=r"^session\.capture: update=graph: the new "
                                                  r"capture is not the same work as the graph's, "
-                                                 r"so it cannot update it \(CU_GRAPH_EXEC_UPDATE_"
-                                                 r"ERROR_TOPOLOGY_CHANGED\)"):
-        g.take_update(0x20, 3, ["new owners"], "session.capture")
+                                                 r"so it cannot update it \(CUDA_ERROR_GRAPH_"
+                                                 r"EXEC_UPDATE_FAILURE\)"):
+        g.take_update(0x20, 2, ["new owners"], "session.capture")  # same count, other kernels
     assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
     assert destroyed == [0x20] and g.session.liveness.held == []
     # A part-updated executable graph is not kept: a new one is made from the old graph.
     assert first_exec.destroyed and g._exec is _Exec.made[-1] and g._exec.graph == 0x10
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_an_update_of_another_node_count_is_refused_before_the_driver(stand_in_graph, count):
+    g, destroyed = stand_in_graph
+    first_exec = g._exec
+    with pytest.raises(tf.ValidationError, match=rf"^session\.capture: update=graph: the new "
+                                                 rf"capture is not the same work .* \(it has "
+                                                 rf"{count} node\(s\), the graph 2\)"):
+        g.take_update(0x20, count, ["new owners"], "session.capture")
+    assert first_exec.updates == [] and not first_exec.destroyed and g._exec is first_exec
+    assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
+    assert destroyed == [0x20] and g.session.liveness.held == []
 
 
 @pytest.mark.parametrize("bad", [5, "graph", object()])
@@ -272,7 +285,8 @@ def test_a_graph_update_with_other_work_is_refused_and_the_graph_unchanged(sessi
     graph = cap.graph
     owners = graph.owners
     with pytest.raises(tf.ValidationError, match=r"session\.capture: update=graph: the new "
-                                                 r"capture is not the same work .*TOPOLOGY"):
+                                                 r"capture is not the same work .*\(it has 2 "
+                                                 r"node\(s\), the graph 1\)"):
         with session.capture(update=graph):
             session.launch(axpy, cfg, [session.tensor_mut(other), session.tensor(x), 1.0, N])
             session.launch(axpy, cfg, [session.tensor_mut(other), session.tensor(x), 1.0, N])

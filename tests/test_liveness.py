@@ -185,9 +185,12 @@ def test_long_loops_do_not_hold_everything_forever(session):
     xs = [session.tensor(session.alloc_zeros(256, np.float32)) for _ in range(2)]
     ym = session.tensor_mut(y)
     arglists = [[ym, x, tf.f32(1.0), tf.u32(256)] for x in xs]
-    for i in range(tf.session.FENCE_EVERY * 4):  # alternating: every launch replaces the last
+    # Alternating: every launch replaces the last, one hold each; 3 past a whole number of
+    # fences, so some are held and the rest went to fences.
+    for i in range(tf.session.FENCE_EVERY * 4 + 3):
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
     assert 0 < len(session.liveness.held) < tf.session.FENCE_EVERY
+    assert len(session.liveness.fences) + len(session.liveness.spare_events) >= 1
     _driver.stream_synchronize(session.stream, "test")
     for i in range(tf.session.FENCE_EVERY + 1):
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
