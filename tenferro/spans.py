@@ -25,7 +25,6 @@ class Span:
 
     __slots__ = (
         "__weakref__",
-        "_contiguous",
         "device",
         "hi",
         "lo",
@@ -55,7 +54,6 @@ class Span:
         for d in shape:
             n *= d
         self.nbytes = n * scalar_type.itemsize
-        self._contiguous = _c_contiguous(shape, strides, scalar_type.itemsize)
         # The byte extent [lo, hi) the span can touch, for the overlap checks of a launch.
         if n == 0:
             self.lo = self.hi = ptr
@@ -73,20 +71,19 @@ class Span:
                 scalar_type: ScalarType, nbytes: int, device: int, owner: Any,
                 session: Any) -> Span:
         """A span over ``nbytes`` of C-contiguous memory (a Tensor's): no extent to compute."""
-        self = object.__new__(cls)  # made here: its own state
-        self.ptr = ptr
-        self.producer_readonly = False
-        self.shape = shape
-        self.strides = strides
-        self.scalar_type = scalar_type
-        self.device = device
-        self.owner = owner
-        self.session = session
-        self.nbytes = nbytes
-        self._contiguous = True
-        self.lo = ptr
-        self.hi = ptr + nbytes
-        return self
+        span = object.__new__(cls)
+        span.ptr = ptr
+        span.producer_readonly = False
+        span.shape = shape
+        span.strides = strides
+        span.scalar_type = scalar_type
+        span.device = device
+        span.owner = owner
+        span.session = session
+        span.nbytes = nbytes
+        span.lo = ptr
+        span.hi = ptr + nbytes
+        return span
 
     @property
     def dtype(self) -> np.dtype | str:
@@ -107,7 +104,7 @@ class Span:
     @property
     def is_c_contiguous(self) -> bool:
         """True when the elements are packed in row-major order with no gaps."""
-        return self._contiguous
+        return _c_contiguous(self.shape, self.strides, self.scalar_type.itemsize)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(ptr=0x{self.ptr:x}, shape={self.shape}, "
