@@ -453,6 +453,15 @@ def test_a_kept_config_never_answers_arguments_that_are_refused(grid, block):
             tf.LaunchConfig(grid, block)
 
 
+@pytest.mark.parametrize("smem", [True, 1.0])
+def test_a_kept_config_never_answers_shared_memory_that_is_refused(smem):
+    tf.LaunchConfig(4, 32, 1)  # kept; True and 1.0 are equal keys to 1
+    for _ in range(2):
+        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: shared_mem_bytes=.* must be "
+                                                     r"an int from 0 to 4294967295"):
+            tf.LaunchConfig(4, 32, smem)
+
+
 def test_kept_configs_are_bounded_and_stay_right_past_the_bound():
     from tenferro import launch
 

@@ -85,7 +85,10 @@ def test_a_kept_session_not_innermost_leaves_the_users_default_alone():
         assert scope.innermost() is users and scope.kept(("ops", 2, 9)) is kept
         assert scope.kept(("ops", 2, 8)) is None
     assert scope.innermost() is None and kept.is_open
-    kept.__exit__(None, None, None)  # closed by other means: no longer handed out
+    kept.is_open = False  # closed without telling scope (a failed close): not handed out
+    assert scope.kept(("ops", 2, 9)) is None
+    kept.is_open = True
+    kept.__exit__(None, None, None)  # closed: forgotten
     assert scope.kept(("ops", 2, 9)) is None
 
 
