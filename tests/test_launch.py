@@ -686,9 +686,9 @@ def test_a_config_with_clusters_or_cooperation_is_extended_and_says_so():
     ({"grid": 4, "cooperative": None}, r"cooperative=None must be True or False"),
 ])
 def test_a_config_refuses_clusters_that_do_not_tile_the_grid(kwargs, msg):
-    grid = kwargs.pop("grid")
+    rest = {k: v for k, v in kwargs.items() if k != "grid"}  # the parameters stay as given
     with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: " + msg):
-        tf.LaunchConfig(grid, 32, **kwargs)
+        tf.LaunchConfig(kwargs["grid"], 32, **rest)
 
 
 def test_a_config_takes_clusters_that_tile_the_grid():
