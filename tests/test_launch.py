@@ -41,6 +41,18 @@ def test_shared_memory_limits_of_the_config_itself():
     assert tf.LaunchConfig(1, 32, 0).shared_mem_bytes == 0
 
 
+def test_flat_takes_int_subclasses_from_one_and_refuses_below():
+    class Count(int):
+        pass
+
+    c = tf.LaunchConfig.flat(Count(1), Count(1))
+    assert (c.grid, c.block) == ((1, 1, 1), (1, 1, 1))
+    for threads, block in ((Count(0), 1), (1, Count(0))):
+        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.flat: (threads|block)="
+                                                     r"0 must be an int >= 1"):
+            tf.LaunchConfig.flat(threads, block)
+
+
 def test_flat_refuses_zero_threads():
     with pytest.raises(tf.ValidationError, match=r"LaunchConfig\.flat: threads=0"):
         tf.LaunchConfig.flat(0)
@@ -670,6 +682,8 @@ def test_a_config_with_clusters_or_cooperation_is_extended_and_says_so():
                                "shared_mem_bytes=0, cluster=(2, 2, 1))")
     assert repr(coop).endswith("shared_mem_bytes=0, cooperative=True)")
     assert repr(plain).endswith("shared_mem_bytes=0)")
+    assert repr(tf.LaunchConfig(8, 128, cluster=2, cooperative=True)).endswith(
+        "shared_mem_bytes=0, cluster=(2, 1, 1), cooperative=True)")
     # Equal only with the same cluster and cooperation: a checked config is not reused for both.
     assert len({plain, coop, tf.LaunchConfig(8, 128, cluster=1), tf.LaunchConfig(8, 128)}) == 3
     assert tf.LaunchConfig(8, 128, cluster=(8,)) == tf.LaunchConfig(8, 128, cluster=8)
@@ -756,6 +770,21 @@ def test_a_cooperative_grid_is_refused_past_what_runs_at_once():
     with pytest.raises(tf.ValidationError, match=r"cooperative=True: this device cannot launch "
                                                  r"cooperatively"):
         _check(tf.LaunchConfig(1, 32, cooperative=True), _ClusterFn(cooperative=False))
+    # Every dimension of the grid counts: 132 x 2 x 1 fits, 66 x 1 x 5 = 330 does not.
+    with pytest.raises(tf.ValidationError, match=r"cooperative grid=\(66, 1, 5\) has 330 blocks"):
+        _check(tf.LaunchConfig((66, 1, 5), 256, cooperative=True), fn)
+    with pytest.raises(tf.ValidationError, match=r"cooperative grid=\(66, 5, 1\) has 330 blocks"):
+        _check(tf.LaunchConfig((66, 5), 256, cooperative=True), fn)
+
+
+def test_check_launch_names_the_callers_operation_in_the_function_limit_refusal():
+    from tenferro.launch import check_launch
+
+    fn = _ClusterFn()
+    fn.max_threads_per_block = 256
+    with pytest.raises(tf.ValidationError, match=r"^session\.bind: block=\(512, 1, 1\)"):
+        check_launch(tf.LaunchConfig(1, 512), fn, "session.bind")
+    check_launch(tf.LaunchConfig(1, 256), fn, "session.bind")  # the limit itself: accepted
 
 
 def test_a_grid_sync_kernel_is_launched_cooperatively_only():
