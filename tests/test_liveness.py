@@ -112,6 +112,24 @@ def test_capture_collects_apart_and_defers_frees(fake):
     assert fake.freed == [(0x1000, 3)] and live.deferred_frees == []
 
 
+def test_the_generation_grows_at_every_change_of_the_holds_list(fake):
+    # A bound launch holds itself again when the generation differs from the one it saw:
+    # a value seen before must never come back.
+    live = _liveness.Liveness(stream=1, fence_every=1, fence_bytes=1 << 30)
+    seen = [live.generation]
+    live.hold("a")  # a fence
+    seen.append(live.generation)
+    saved = live.begin_capture()
+    seen.append(live.generation)
+    live.end_capture(saved)
+    seen.append(live.generation)
+    live.release_all()
+    seen.append(live.generation)
+    live.close()
+    seen.append(live.generation)
+    assert seen == sorted(set(seen)), seen
+
+
 def test_close_destroys_every_event_once(fake):
     live = _liveness.Liveness(stream=1, fence_every=1, fence_bytes=1 << 30)
     live.retain("kept")
@@ -120,6 +138,7 @@ def test_close_destroys_every_event_once(fake):
     events = sorted(ev for ev, _ in live.fences)
     live.close()
     assert sorted(fake.destroyed) == events and live.retained == [] and not live.fences
+    assert live.held == []
 
 
 def test_close_frees_what_a_capture_deferred(fake):

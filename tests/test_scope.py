@@ -22,7 +22,7 @@ class Stand:
         scope.entered(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):  # as a Session's: three arguments
         self.is_open = False
         self.exits += 1
         scope.left(self)
@@ -108,6 +108,31 @@ def test_close_kept_closes_this_threads_matching_sessions_only():
     assert not ops.is_open and mine.is_open and theirs[0].is_open  # another thread's stays
     assert scope.kept(("ops", 1)) is theirs[0]
     theirs[0].__exit__(None, None, None)
+
+
+def test_the_exit_hook_is_registered_once(monkeypatch):
+    registered = []
+    monkeypatch.setattr(scope, "_exit_hook", False)
+    monkeypatch.setattr(scope.atexit, "register", registered.append)
+    scope.open_session(Stand, 0)
+    scope.open_session(Stand, 1)
+    assert registered == [scope._close_at_exit]
+
+
+def test_forgetting_a_session_on_a_thread_that_never_entered_one():
+    errors = []
+
+    def other():
+        try:
+            scope.left(Stand())  # a thread with no sessions of its own yet
+            assert scope.innermost() is None
+        except Exception as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert errors == []
 
 
 def test_sessions_of_a_with_block_nest_on_their_thread():

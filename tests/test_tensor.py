@@ -185,7 +185,7 @@ def _tensor(values, name="f32"):
 class _Allocates:
     """What Tensor.allocate uses of a session: its context's allocator and stream."""
 
-    device, stream, is_open, thread = 0, 7, False, None
+    device, stream, is_open, thread = 2, 7, False, None
 
     def __init__(self):
         self.context = self
@@ -211,7 +211,8 @@ def test_a_tensors_span_is_the_same_object_while_something_holds_it():
     ref = t.span(TensorRef)
     assert type(ref) is TensorRef and t.span(TensorRef) is ref and ref is not mut
     assert (mut.ptr, mut.shape, mut.strides, mut.nbytes, mut.lo, mut.hi, mut.owner,
-            mut.session) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s)
+            mut.session, mut.device) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s, 2)
+    assert mut.scalar_type is dtypes.by_name("f32") and ref.scalar_type is mut.scalar_type
     gone = weakref.ref(mut)
     del mut
     assert gone() is None  # the Tensor does not keep its span alive
