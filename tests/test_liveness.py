@@ -27,9 +27,11 @@ class FakeDriver:
         return self.next_event
 
     def event_record(self, ev, stream, op):
+        assert op == "session.launch"  # what a driver failure here would be named after
         self.recorded.append((ev, stream))
 
     def event_query(self, ev, op):
+        assert op == "session.launch"
         return ev in self.passed
 
     def mem_free_async(self, ptr, stream):
@@ -67,6 +69,11 @@ def test_holds_fence_every_n_and_go_when_the_gpu_has_passed(fake):
     live.hold(last)  # the next fence retires the one the GPU passed
     assert [f[1] for f in live.fences] == [[owners[3], owners[4], last]]
     assert live.spare_events == [ev]  # its event is kept for the next fence
+    made = fake.next_event
+    live.hold("x")
+    live.hold("y")
+    live.hold("z")  # the next fence records the kept event instead of making one
+    assert fake.next_event == made and fake.recorded[-1] == (ev, 7)
 
 
 def test_byte_fences(fake):
@@ -94,7 +101,7 @@ def test_release_all_and_caches(fake):
     gen = live.generation
     live.release_all()
     assert live.held == [] and not live.fences and cache.forgot == 1
-    assert live.generation != gen and len(live.spare_events) == 1
+    assert live.generation != gen and live.spare_events == [fake.next_event]  # the fence's event
 
 
 def test_capture_collects_apart_and_defers_frees(fake):
