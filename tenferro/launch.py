@@ -131,12 +131,10 @@ class LaunchConfig:
 
         ``threads`` = 0 is refused: a launch of no threads is a bug the driver would also refuse.
         """
-        if threads.__class__ is not int or threads < 1:
-            if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-                raise ValidationError(f"LaunchConfig.flat: {threads=} must be an int >= 1")
-        if block.__class__ is not int or block < 1:
-            if not isinstance(block, int) or isinstance(block, bool) or block < 1:
-                raise ValidationError(f"LaunchConfig.flat: {block=} must be an int >= 1")
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ValidationError(f"LaunchConfig.flat: {threads=} must be an int >= 1")
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+            raise ValidationError(f"LaunchConfig.flat: {block=} must be an int >= 1")
         return cls((threads + block - 1) // block, block, shared_mem_bytes)
 
     @classmethod

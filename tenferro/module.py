@@ -563,14 +563,11 @@ class Function:
         the checked launch path reads: `last_config`, what the fast path compares, stays unset.
         A config equal to the record's (made anew with the same values) keeps the record.
         """
-        if config == self.record_config:
-            self.record_config = config
-            self.last_config = _NO_CONFIG if config.extended else config
-            return
-        self.record = _driver.launch_record(self.handle, config.dims, stream,
-                                            self.param_block.address, config.cluster,
-                                            config.cooperative)
-        self.record_address = self.record.address
+        if config != self.record_config:
+            self.record = _driver.launch_record(self.handle, config.dims, stream,
+                                                self.param_block.address, config.cluster,
+                                                config.cooperative)
+            self.record_address = self.record.address
         self.record_config = config
         self.last_config = _NO_CONFIG if config.extended else config
 
