@@ -387,9 +387,16 @@ class ParamBlock(PackedParams):
                           f"    elif (a := slot({i}, a, session, op)) is not None:",
                           "        spans.append(a)"]
             else:
+                size = self.params[i].size
+                # numpy scalars (np.float32(x)) of a type the parameter takes: their own bytes
+                consts[f"N{i}"] = frozenset(
+                    c for c in map(dtypes.numpy_scalar_class, self.scalars_taken[i])
+                    if c is not None and np.dtype(c).itemsize == size)
                 lines += [f"    if a.__class__ is KernelArg and a.kind == {_SCALAR} and "
                           f"a.scalar_type in taken[{i}]:",
-                          f"        mv[{off}:{off + self.params[i].size}] = a.data",
+                          f"        mv[{off}:{off + size}] = a.data",
+                          f"    elif a.__class__ in N{i}:",
+                          f"        mv[{off}:{off + size}] = a.tobytes()",
                           "    else:",
                           f"        slot({i}, a, session, op)"]
         lines += ["    if len(spans) == 2:",

@@ -6,6 +6,7 @@ Every other module asks this table; nothing else spells a dtype.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -16,7 +17,7 @@ import numpy as np
 from .errors import ValidationError
 
 __all__ = ["BY_NUMPY", "SCALAR_TYPES", "ScalarType", "by_name", "from_c_name", "from_dlpack",
-           "from_numpy", "is_int"]
+           "from_numpy", "is_int", "numpy_scalar_class"]
 
 # DLPack type codes (dlpack.h DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
@@ -45,6 +46,17 @@ class ScalarType:
     def is_float(self) -> bool:
         """True for floating-point types (float16, bfloat16, float32, float64)."""
         return self.kind == "float"
+
+
+def numpy_scalar_class(t: ScalarType) -> type | None:
+    """The numpy scalar class for ``t`` whose native bytes are ``t``'s packing, or None.
+
+    Little-endian hosts only (numpy scalars hold native bytes; kernel arguments are
+    little-endian), and not for types numpy lacks (bf16).
+    """
+    if t.numpy is None or sys.byteorder != "little":
+        return None
+    return t.numpy.type
 
 
 def _np(name: str) -> np.dtype | None:

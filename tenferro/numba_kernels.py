@@ -163,7 +163,7 @@ class NumbaParamBlock(PackedParams):
     `pack` is `PackedParams.pack`: check every argument, write it in place, return the spans.
     """
 
-    __slots__ = ("name", "specs", "structs", "writes")
+    __slots__ = ("name", "numpy_scalars", "specs", "structs", "writes")
     what = "numba kernel"
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
@@ -174,6 +174,9 @@ class NumbaParamBlock(PackedParams):
         self.nparams = len(specs)
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
+        # Per scalar argument, the numpy scalar class whose own bytes are its packing.
+        self.numpy_scalars = tuple(dtypes.numpy_scalar_class(s[1]) if s[0] != _ARRAY else None
+                                   for s in specs)
 
     def fresh(self) -> NumbaParamBlock:
         """A new, empty block for the same kernel (for a bound launch of its own)."""
@@ -186,7 +189,10 @@ class NumbaParamBlock(PackedParams):
         if type(a) is KernelArg and a.span is not None:
             a = a.span
         if kind != _ARRAY:
-            data = _scalar_bytes(a, t, op, i, self.name)
+            if a.__class__ is self.numpy_scalars[i]:  # np.float32(x) for a float32: its bytes
+                data = a.tobytes()
+            else:
+                data = _scalar_bytes(a, t, op, i, self.name)
             self._mv[off:off + len(data)] = data
             return None
         cls = type(a)

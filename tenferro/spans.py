@@ -25,6 +25,7 @@ class Span:
 
     __slots__ = (
         "__weakref__",
+        "_contiguous",
         "device",
         "hi",
         "lo",
@@ -54,6 +55,7 @@ class Span:
         for d in shape:
             n *= d
         self.nbytes = n * scalar_type.itemsize
+        self._contiguous = _c_contiguous(shape, strides, scalar_type.itemsize)
         # The byte extent [lo, hi) the span can touch, for the overlap checks of a launch.
         if n == 0:
             self.lo = self.hi = ptr
@@ -81,6 +83,7 @@ class Span:
         span.owner = owner
         span.session = session
         span.nbytes = nbytes
+        span._contiguous = True
         span.lo = ptr
         span.hi = ptr + nbytes
         return span
@@ -104,7 +107,7 @@ class Span:
     @property
     def is_c_contiguous(self) -> bool:
         """True when the elements are packed in row-major order with no gaps."""
-        return _c_contiguous(self.shape, self.strides, self.scalar_type.itemsize)
+        return self._contiguous
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(ptr=0x{self.ptr:x}, shape={self.shape}, "

@@ -91,7 +91,17 @@ def test_pack_writes_numbas_array_struct_and_checks(rng):
     assert struct.unpack_from("<7q", raw, block.offsets[9]) == (0, 0, 7, 4, 0x20000, 7, 4)
     assert struct.unpack_from("<f", raw, block.offsets[16]) == (2.5,)
     assert struct.unpack_from("<q", raw, block.offsets[17]) == (7,)
+    # numpy scalars of the argument's own type: their bytes; of another type: refused
+    block.pack([a, b, np.float32(-0.75), np.int64(-(1 << 40))], s, "session.launch")
+    raw = bytes(block._mv)
+    assert struct.unpack_from("<f", raw, block.offsets[16]) == (-0.75,)
+    assert struct.unpack_from("<q", raw, block.offsets[17]) == (-(1 << 40),)
     op = "session.launch"
+    for bad, name in ((np.float64(1.0), "float64"), (np.int32(1), "int32")):
+        args = [a, b, bad, np.int64(1)] if name == "float64" else [a, b, np.float32(1), bad]
+        with pytest.raises(tf.ValidationError, match=rf"args\[[23]\] of numba kernel 'k' "
+                                                     rf"expects (f32|i64), got numpy {name}"):
+            block.pack(args, s, op)
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[1\] is a read-only "
                                                  r"TensorRef but numba kernel 'k' stores"):
         block.pack([a, tf.TensorRef(0x20000, (7,), (4,), f32, 0, None, s), tf.f32(1), 7], s, op)
