@@ -73,20 +73,20 @@ class Span:
                 scalar_type: ScalarType, nbytes: int, device: int, owner: Any,
                 session: Any) -> Span:
         """A span over ``nbytes`` of C-contiguous memory (a Tensor's): no extent to compute."""
-        span = object.__new__(cls)
-        span.ptr = ptr
-        span.producer_readonly = False
-        span.shape = shape
-        span.strides = strides
-        span.scalar_type = scalar_type
-        span.device = device
-        span.owner = owner
-        span.session = session
-        span.nbytes = nbytes
-        span._contiguous = True
-        span.lo = ptr
-        span.hi = ptr + nbytes
-        return span
+        self = object.__new__(cls)  # made here: its own state
+        self.ptr = ptr
+        self.producer_readonly = False
+        self.shape = shape
+        self.strides = strides
+        self.scalar_type = scalar_type
+        self.device = device
+        self.owner = owner
+        self.session = session
+        self.nbytes = nbytes
+        self._contiguous = True
+        self.lo = ptr
+        self.hi = ptr + nbytes
+        return self
 
     @property
     def dtype(self) -> np.dtype | str:
