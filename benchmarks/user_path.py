@@ -81,6 +81,10 @@ def main() -> int:
         methods.append(Method("tenferro, torch tensors, torch's stream",
                               readme(st, fn_t, y, x)))
         methods.append(Method("tenferro, tf.Tensors, fresh spans", readme(s, fn, ty, tx)))
+        methods.append(Method(  # a model's activations: another tensor object every call
+            "tenferro, new torch views each call, torch's stream",
+            lambda: st.launch(fn_t, cfg, [st.tensor_mut(y.view(N)), st.tensor(x.view(N)),
+                                          tf.f32(2.0), tf.u32(N)])))
         from numba import cuda
 
         @cuda.jit
@@ -117,6 +121,8 @@ def main() -> int:
                                 y.requires_grad)),
                 Method("part: s.tensor(x), torch tensor", lambda: s.tensor(x)),
                 Method("part: s.tensor_mut(y), torch tensor", lambda: s.tensor_mut(y)),
+                Method("part: two torch views y.view(n), x.view(n)",
+                       lambda: (y.view(N), x.view(N))),
                 Method("part: tf.f32(2.0) and tf.u32(n)", lambda: (tf.f32(2.0), tf.u32(N))),
                 Method("part: event record on torch's stream, wait on ours",
                        lambda: order_after(s.stream_handle, torch_stream or 1, ev, "bench")),

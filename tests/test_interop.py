@@ -385,3 +385,80 @@ def test_a_capsule_a_producer_gives_is_refused_naming_the_callers_operation():
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: DLPack version 2\.\d+ is "
                                                  r"not supported"):
         dlpack.read_dlpack(Producer(), 7, 0, "session.tensor")
+
+
+class _Fields:
+    """A producer read directly, as torch tensors are: its reader returns its fields."""
+
+    def __init__(self, ptr, shape=(4, 3)):
+        self.ptr, self.shape, self.type_name, self.strides = ptr, shape, "f32", None
+
+
+class _ImportingSession:
+    """What `import_span` asks of a session on the direct path: its thread, device, stream."""
+
+    def __init__(self):
+        import threading
+
+        self.fast_path_ok, self.thread, self.device, self.stream = \
+            True, threading.get_ident(), 0, 7
+
+
+@pytest.fixture
+def direct_fields(monkeypatch):
+    from tenferro.interop import producers
+
+    def read(x, device, op):
+        t = dtypes.by_name(x.type_name)
+        strides = x.strides or c_strides(x.shape, t.itemsize)
+        return x.ptr, x.shape, strides, t, 7, t.itemsize * int(np.prod(x.shape))
+
+    monkeypatch.setitem(producers.readers, _Fields, read)
+
+
+def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same(direct_fields):
+    import weakref
+
+    from tenferro.interop import imports
+
+    s, x = _ImportingSession(), _Fields(0x1000)
+    mut = imports.tensor_mut(s, x)
+    assert imports.tensor_mut(s, x) is mut and (mut.ptr, mut.shape, mut.nbytes) == \
+        (0x1000, (4, 3), 48)
+    ref = imports.tensor(s, x)
+    assert type(ref) is tf.TensorRef and imports.tensor(s, x) is ref and ref is not mut
+    x.ptr = 0x2000  # moved (torch's set_): a new span over the new place
+    moved = imports.tensor_mut(s, x)
+    assert moved is not mut and (moved.ptr, moved.hi) == (0x2000, 0x2000 + 48)
+    x.shape = (4, 2)  # resized in place
+    resized = imports.tensor_mut(s, x)
+    assert resized is not moved and (resized.shape, resized.nbytes) == ((4, 2), 32)
+    x.type_name = "i32"  # another type of the same size (torch's .data = x.view(torch.int32))
+    retyped = imports.tensor_mut(s, x)
+    assert retyped is not resized and retyped.scalar_type is dtypes.by_name("i32")
+    x.strides = (4, 1024)  # an extent of one may have any stride and still be compact
+    x.shape = (4, 1)
+    strided = imports.tensor_mut(s, x)
+    assert strided.strides == (4, 1024)
+    x.strides = (4, 4)
+    assert imports.tensor_mut(s, x).strides == (4, 4)
+    x.shape, x.type_name, x.strides = (4, 2), "f32", None
+    resized = imports.tensor_mut(s, x)
+    other = _ImportingSession()
+    theirs = imports.tensor_mut(other, x)
+    assert theirs is not resized and theirs.session is other and resized.session is s
+    gone, owner_gone = weakref.ref(theirs), weakref.ref(x)
+    del mut, moved, resized, theirs, ref, retyped, strided
+    assert gone() is None  # the table keeps spans weakly
+    del x
+    assert owner_gone() is None  # and no array alive through them
+
+
+def test_the_table_of_kept_spans_stays_bounded(direct_fields):
+    from tenferro.interop import imports
+
+    s = _ImportingSession()
+    held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(imports._KEPT_MAX + 5)]
+    assert len(imports._kept) <= imports._KEPT_MAX
+    assert imports.tensor(s, held[-1].owner) is held[-1]  # the newest entries stay
+    assert [h.ptr for h in held[:2]] == [0x1000, 0x1010]

@@ -219,6 +219,33 @@ def test_an_overlap_of_torch_tensors_is_refused(session, no_dlpack):
     np.testing.assert_array_equal(y.cpu().numpy(), [2.0] * 32 + [1.0] * 32)
 
 
+def test_a_torch_tensor_gets_its_span_again_until_it_changes(session, rng):
+    fn = session.compile(AXPY).function("axpy")
+    n = 300
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+    y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+    want = y.double().cpu().numpy() + 3 * 0.5 * x.double().cpu().numpy()
+    made = []
+    for _ in range(3):  # the README's loop: spans made in the call
+        made.append((session.tensor_mut(y), session.tensor(x)))
+        session.launch(fn, tf.LaunchConfig.flat(n, 128),
+                       [made[-1][0], made[-1][1], tf.f32(0.5), tf.u32(n)])
+    assert made[0][0] is made[2][0] and made[0][1] is made[2][1]
+    session.synchronize()
+    np.testing.assert_allclose(y.double().cpu().numpy(), want, rtol=1e-6)
+    old = made[0][0]
+    y.resize_(2, 150)  # same memory, another shape: a new span
+    assert session.tensor_mut(y) is not old and session.tensor_mut(y).shape == (2, 150)
+    y.set_(torch.zeros(150, device="cuda"))  # another place
+    assert session.tensor_mut(y).ptr == y.data_ptr() != old.ptr
+    y.unsqueeze_(1)  # a column: still compact
+    assert session.tensor_mut(y).shape == (150, 1)
+    x.requires_grad_()
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x\.__dlpack__\(\) of "
+                                                 r"Tensor refused to export"):
+        session.tensor(x)
+
+
 def test_a_numba_kernel_takes_torch_tensors(session, rng):
     from _sources import scale_add
 
@@ -243,13 +270,13 @@ def test_cupy_arrays_are_read_directly_and_match_the_dlpack_span(session, cupy, 
     views = [base, base.T, base[::-1], base[1:, 2::3], cupy.ones(7, dtype=cupy.complex64),
              cupy.ones(5, dtype=cupy.float16), cupy.zeros((0, 3), dtype=cupy.int32),
              cupy.ones(4, dtype=cupy.bool_)]
-    monkeypatch.setitem(producers._readers, cupy.ndarray, None)
+    monkeypatch.setitem(producers.readers, cupy.ndarray, None)
     general = [session.tensor(v, allow_strided=True) for v in views]  # through CAI
-    monkeypatch.delitem(producers._readers, cupy.ndarray)
+    monkeypatch.delitem(producers.readers, cupy.ndarray)
     reader = producers.direct_reader(cupy.ndarray)
     assert reader is not None
     read = []
-    monkeypatch.setitem(producers._readers, cupy.ndarray,
+    monkeypatch.setitem(producers.readers, cupy.ndarray,
                         lambda x, device, op: read.append(x) or reader(x, device, op))
     for v, g in zip(views, general, strict=True):
         d = session.tensor(v, allow_strided=True)

@@ -10,6 +10,7 @@ elements, the address space, no zero stride for writing, alignment.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 from .. import dtypes
@@ -18,12 +19,13 @@ from ..spans import ADDRESS_END as _ADDRESS_END
 from ..spans import DeviceBytes, Span, TensorMut, TensorRef
 from ..tensor import Tensor
 from .foreign import check_memory, read_foreign
-from .producers import direct_reader
+from .producers import direct_reader, readers
 from .streams import order_after
 
 __all__ = ["from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
 
 _get_ident = threading.get_ident
+_UNSEEN = object()  # a class no reader was decided for yet
 
 
 def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
@@ -41,7 +43,9 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     if kind is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
         # The session's own Tensor: compact, aligned by its allocation, writable, in range.
         return x.span(cls)
-    reader = None if dlpack else direct_reader(kind)
+    reader = None if dlpack else readers.get(kind, _UNSEEN)
+    if reader is _UNSEEN:
+        reader = direct_reader(kind)
     direct = None if reader is None else reader(x, s.device, op)
     if direct is not None:  # torch: its own attributes, no DLPack capsule
         ptr, shape, strides, t, stream, nbytes = direct
@@ -49,7 +53,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
             _producer_stream(s, stream, defer, op)
         if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
                 not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
-            return cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
+            return _kept_compact(s, cls, ptr, shape, strides, t, nbytes, x)
         owner, readonly, marked = x, False, False
     elif isinstance(x, Tensor):
         if x.session is not s:
@@ -105,6 +109,33 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     if span.nbytes and ptr % t.itemsize:
         raise ValidationError(f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
                               f"{t.itemsize}-byte {t.name} elements")
+    return span
+
+
+# The compact span last made of a directly read array, per (array, span class), kept weakly:
+# the same torch tensor given again with the same fields gets the same span object, so a
+# launch given the very objects of its previous call packs nothing again.
+_kept: dict[tuple[int, type], weakref.ref] = {}
+_KEPT_MAX = 1024
+
+
+def _kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...],
+                  strides: tuple[int, ...], t: dtypes.ScalarType, nbytes: int, x: Any) -> Any:
+    """The span of ``x`` last made for ``s`` if its fields are the ones just read, or a new one.
+
+    While the span lives it holds ``x``, so no other array can have its ``id``.
+    """
+    key = (id(x), cls)
+    ref = _kept.get(key)
+    if ref is not None:
+        span = ref()
+        if span is not None and span.owner is x and span.session is s and span.ptr == ptr \
+                and span.shape == shape and span.strides == strides and span.scalar_type is t:
+            return span
+    span = cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
+    if len(_kept) >= _KEPT_MAX:  # entries of dead spans: dropped together, now and then
+        _kept.clear()
+    _kept[key] = weakref.ref(span)
     return span
 
 

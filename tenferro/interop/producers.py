@@ -26,15 +26,16 @@ __all__ = ["direct_reader", "torch_current_stream"]
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
 Reader = Callable[[Any, int, str], "Direct | None"]
 
-_readers: dict[type, Reader | None] = {}
+readers: dict[type, Reader | None] = {}
 
 
 def direct_reader(cls: type) -> Reader | None:
-    """The direct reader for arrays of exactly ``cls``, or None (decided once per class)."""
-    try:
-        return _readers[cls]
-    except KeyError:
-        pass
+    """The direct reader for arrays of exactly ``cls``, or None (decided once per class).
+
+    `readers` holds every decision made; a caller may look there first.
+    """
+    if cls in readers:
+        return readers[cls]
     reader = None
     torch = sys.modules.get("torch")
     cupy = sys.modules.get("cupy")
@@ -42,7 +43,7 @@ def direct_reader(cls: type) -> Reader | None:
         reader = _torch_reader(torch)  # a subclass (FakeTensor, DTensor) takes the general path
     elif cupy is not None and cls is cupy.ndarray:
         reader = _cupy_reader(cupy)
-    _readers[cls] = reader
+    readers[cls] = reader
     return reader
 
 
@@ -77,11 +78,12 @@ def _torch_reader(torch: Any) -> Reader:
             if x.is_neg():
                 raise negated_view(op)
             dev = x.get_device()
-            shape = tuple(x.shape)
             size = t.itemsize
-            if x.is_contiguous():
-                strides, nbytes = _c_strides(shape, size), x.numel() * size
+            if x.is_contiguous():  # torch.Size hashes and compares as the tuple it is
+                layout = _layouts.get((x.shape, size)) or _c_layout(x.shape, size)
+                shape, strides, nbytes = layout
             else:
+                shape = tuple(x.shape)
                 strides, nbytes = tuple([st * size for st in x.stride()]), -1
             ptr = x.data_ptr()
         except ValidationError:
@@ -118,17 +120,25 @@ def _cupy_reader(cupy: Any) -> Reader:
     return read_cupy
 
 
-_strides_cache: dict[tuple, tuple[int, ...]] = {}
+Layout = tuple[tuple[int, ...], tuple[int, ...], int]
+_layouts: dict[tuple, Layout] = {}
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Row-major byte strides, remembered per (shape, itemsize): shapes repeat call to call."""
+def _c_layout(shape: tuple[int, ...], itemsize: int) -> Layout:
+    """(shape as a plain tuple, row-major byte strides, nbytes) of a compact array.
+
+    Remembered per (shape, itemsize): shapes repeat call to call.
+    """
     key = (shape, itemsize)
-    strides = _strides_cache.get(key)
-    if strides is None:
+    layout = _layouts.get(key)
+    if layout is None:
         from ..spans import c_strides
 
-        if len(_strides_cache) > 4096:
-            _strides_cache.clear()
-        strides = _strides_cache[key] = c_strides(shape, itemsize)
-    return strides
+        if len(_layouts) > 4096:
+            _layouts.clear()
+        shape = tuple(shape)
+        n = 1
+        for d in shape:
+            n *= d
+        layout = _layouts[key] = (shape, c_strides(shape, itemsize), n * itemsize)
+    return layout
