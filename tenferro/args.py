@@ -248,8 +248,8 @@ class PackedParams:
     once.
     """
 
-    __slots__ = ("_buf", "_mv", "_ptrs", "address", "last_args", "last_spans", "nparams",
-                 "offsets", "sig")
+    __slots__ = ("_buf", "_mv", "_ptrs", "address", "last_args", "last_slot_spans", "last_spans",
+                 "nparams", "offsets", "sig")
     what = "kernel"  # how refusals name the kernel
 
     def __init__(self, sig: Signature) -> None:
@@ -267,6 +267,7 @@ class PackedParams:
         self.address = ctypes.addressof(self._ptrs)
         self.last_args: tuple = ()
         self.last_spans: list = []
+        self.last_slot_spans: list = []  # per argument of last_args: its span, or None
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
@@ -297,16 +298,28 @@ class PackedParams:
             raise ValidationError(
                 f"{op}: {self.what} {display_name(self.sig.name)!r} takes {self.nparams} "
                 f"argument(s), got {len(args)}")
+        # An argument that is the very object packed last in its place is checked and
+        # written already (prev is empty after a refused pack: everything is checked again).
+        kept = self.last_slot_spans if len(self.last_slot_spans) == len(prev) > 0 else None
         self.last_args = ()
         spans: list = []
+        slot_spans: list = []
+        new_span = False
         slot = self.pack_slot
         for i in range(self.nparams):
-            span = slot(i, args[i], session, op)
+            a = args[i]
+            if kept is not None and a is prev[i]:
+                span = kept[i]
+            else:
+                span = slot(i, a, session, op)
+                new_span = new_span or span is not None
+            slot_spans.append(span)
             if span is not None:
                 spans.append(span)
-        if len(spans) > 1:
+        if new_span and len(spans) > 1:
             check_overlaps(spans, args, op)
         self.last_args, self.last_spans = tuple(args), spans
+        self.last_slot_spans = slot_spans
         return spans
 
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:

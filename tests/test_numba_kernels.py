@@ -123,6 +123,43 @@ def test_pack_writes_numbas_array_struct_and_checks(rng):
         block.pack([a], s, op)
 
 
+def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
+    s = _FakeSession()
+    specs, sig = numba_layout((F32_C, F32_C, types.float32, types.int64), "k", "test")
+    block = NumbaParamBlock("k", specs, sig, {0})
+    f32 = dtypes.by_name("f32")
+    y = tf.TensorMut(0x20000, (7,), (4,), f32, 0, None, s)
+    x = tf.TensorRef(0x30000, (7,), (4,), f32, 0, None, s)
+    checked = []
+    real = NumbaParamBlock.pack_slot
+
+    def counting(self, i, a, session, op):
+        checked.append(i)
+        return real(self, i, a, session, op)
+
+    monkeypatch.setattr(NumbaParamBlock, "pack_slot", counting)
+    op = "session.launch"
+    assert block.pack([y, x, np.float32(1.5), np.int64(7)], s, op) == [y, x]
+    assert checked == [0, 1, 2, 3]
+    checked.clear()
+    nine = np.int64(9)
+    block.pack([y, x, np.float32(-2.5), nine], s, op)  # the README's loop: new scalars
+    assert checked == [2, 3]
+    raw = bytes(block._mv)
+    assert struct.unpack_from("<f", raw, block.offsets[14]) == (-2.5,)
+    assert struct.unpack_from("<q", raw, block.offsets[15]) == (9,)
+    assert struct.unpack_from("<7q", raw, block.offsets[0])[4] == 0x20000
+    checked.clear()
+    over = tf.TensorRef(0x20004, (7,), (4,), f32, 0, None, s)  # a new span: overlaps checked
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] \(TensorMut\) "
+                                                 r"and args\[1\] \(TensorRef\) overlap"):
+        block.pack([y, over, np.float32(1.0), nine], s, op)
+    assert checked == [1, 2]
+    checked.clear()
+    block.pack([y, x, np.float32(1.0), nine], s, op)  # after a refusal: all again
+    assert checked == [0, 1, 2, 3]
+
+
 def test_specialization_refuses_untyped_python_numbers():
     with pytest.raises(tf.ValidationError, match=r"op: args\[2\] is a bare Python int; a numba "
                                                  r"kernel without a signature"):
