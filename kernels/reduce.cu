@@ -1,6 +1,8 @@
 // One-pass reductions: each thread folds a grid-stride slice, a warp folds with shuffles, the
 // block folds its warps through shared memory, and one atomic per block folds the blocks into
-// *out (which the caller initialised to the identity: 0 for sum, -inf for max).
+// *out (which the caller initialised: 0 for sum; for max all bits set, a NaN, which
+// atomic_max_float's integer order and atomic_max_double's failed compare both put below any
+// value, and each block makes one atomic, so some value replaces it).
 #include "pack.cuh"
 #define NEG_INF __int_as_float(0xff800000)
 

@@ -24,10 +24,13 @@ def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
         raise ValidationError(f"{op}: x is {t.name}; {kind} takes {list(_TYPES)}")
     if kind == "max" and xr.size == 0:
         raise ValidationError(f"{op}: x is empty; max has no identity to return")
-    from .maps import fill
-
-    out = s.alloc_output((), t.numpy)
-    fill(s, out, 0.0 if kind == "sum" else float("-inf"))
+    # The blocks fold into out from its first value: 0 for sum; for max every bit set, a
+    # NaN, which the kernel's max takes as below every value (its fmax and compare-and-swap).
+    if kind == "sum":
+        out = s.alloc_zeros((), t.numpy)
+    else:
+        out = s.alloc_output((), t.numpy)
+        s.memset(out, 0xFF)
     if xr.size:
         fn = function(s, _FILE, _NAMES[kind, t.name], _EXPRS)
         s.launch(fn, grid_stride(s, xr.size, per_thread=4), [s.tensor_mut(out), xr, u64(xr.size)])

@@ -166,9 +166,14 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if tiles > _MAX_GRID_X:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
                               f"{_MAX_GRID_X * tile}")
-    # A status word every `stride` words; 8-byte types keep their values apart.
-    state = s.alloc_zeros((tiles * stride,), np.uint64)
-    sums = s.alloc_output((2 * tiles if t.itemsize == 8 else 1,), t.numpy)
+    # A status word every `stride` words, zeroed for each scan; 8-byte types keep their values
+    # apart. Both are the session's, kept between calls (a launch holds them while it runs).
+    words, count = tiles * stride, 2 * tiles if t.itemsize == 8 else 1
+    state = s.resource(("kernels.cumsum state", words),
+                       lambda s: s.alloc_output((words,), np.uint64))
+    s.memset(state, 0)
+    sums = s.resource(("kernels.cumsum sums", count, t.name),
+                      lambda s: s.alloc_output((count,), t.numpy))
     fn = function(s, _FILE, _scan_name(t.name, config), _EXPRS)
     ahead = 0
     if s.context.compute_capability >= (9, 0):

@@ -203,6 +203,7 @@ class Session:
     upload = _reports_faults(tensor_ops.upload)
     download = _reports_faults(tensor_ops.download)
     copy = _reports_faults(tensor_ops.copy)
+    memset = _reports_faults(tensor_ops.memset)
     copy_peer = _reports_faults(tensor_ops.copy_peer)
     tensor = imports.tensor  # a span's import reports its own faults: no wrapper on this path
     tensor_mut = imports.tensor_mut

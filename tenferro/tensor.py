@@ -330,6 +330,23 @@ def copy(s: Any, dst: Any, src: Any) -> None:
     s.liveness.hold((d, r))
 
 
+def memset(s: Any, dst: Any, value: int = 0) -> None:
+    """Set every byte of ``dst`` to ``value`` (0 to 255) on the stream.
+
+    ``dst`` is writable, compact memory of this session (a Tensor, a writable span, a
+    foreign array). The same byte goes to every element: ``value=0`` zeroes any type,
+    ``value=0xFF`` sets every bit.
+    """
+    op = "session.memset"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not 0 <= value <= 255:
+        raise ValidationError(f"{op}: {value=} must be a byte value, an int from 0 to 255")
+    d = _import_span(s, dst, TensorMut, None, False, f"{op}: dst")
+    if d.nbytes:
+        _driver.memset_d8_async(d.ptr, int(value), d.nbytes, s.stream, op)
+    s.liveness.hold((d,))
+
+
 def copy_peer(s: Any, dst: Any, src: Any) -> None:
     """Copy ``src``, memory of another session (any device), into ``dst`` of this one.
 

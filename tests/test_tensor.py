@@ -66,6 +66,40 @@ def test_copy_device_to_device(session, rng):
 
 
 @pytest.mark.gpu
+def test_memset_sets_every_byte_of_the_destination_and_nothing_else(session, rng):
+    from numba import cuda
+
+    a = rng.standard_normal(64).astype(np.float32)
+    t = session.upload(a)
+    view = cuda.as_cuda_array(t)  # slices of a foreign array: only their bytes are set
+    session.memset(view[8:24], 0)
+    session.memset(view[40:41], 255)  # the last byte value taken: every bit set (a NaN)
+    session.memset(view[41:41], 7)  # empty: nothing to set
+    session.synchronize()
+    want = a.copy()
+    want[8:24] = 0.0
+    got = session.download(t)
+    np.testing.assert_array_equal(got[:40], want[:40])
+    assert got[40:41].view(np.uint32)[0] == 0xFFFFFFFF
+    np.testing.assert_array_equal(got[41:], want[41:])
+    ws = session.alloc_bytes(12)
+    session.memset(ws, np.uint8(0xA5))
+    back = session.alloc_output(3, np.uint32)
+    session.copy(back, ws)
+    np.testing.assert_array_equal(session.download(back), [0xA5A5A5A5] * 3)
+    before = session.download(t)
+    for bad in (256, -1, True, 2.0, "0"):
+        with pytest.raises(tf.ValidationError, match=r"^session\.memset: value=.* must be a "
+                                                     r"byte value, an int from 0 to 255"):
+            session.memset(t, bad)
+    with pytest.raises(tf.ValidationError, match=r"^session\.memset: dst: x is read-only"):
+        session.memset(session.tensor(t), 0)
+    with pytest.raises(tf.ValidationError, match=r"^session\.memset: dst: x has non-compact"):
+        session.memset(view[::2], 0)
+    np.testing.assert_array_equal(session.download(t), before)  # nothing changed
+
+
+@pytest.mark.gpu
 def test_cuda_array_interface_export_is_zero_copy(session, rng):
     from numba import cuda
 
@@ -262,3 +296,16 @@ def test_preview_of_a_device_tensor_is_its_values_as_numpy_prints_them(session, 
     t = session.upload(host)
     assert t.preview() == np.array2string(host, threshold=6, edgeitems=3)
     assert "Tensor(shape=(7, 9), dtype=f64" in repr(t)
+
+
+@pytest.mark.parametrize("bad", [256, -1, True, 2.0, "0", None])
+def test_memset_refuses_a_value_that_is_not_a_byte_before_it_reads_the_destination(bad):
+    from tenferro.tensor import memset
+
+    class _Untouched:  # any use of the session or the destination fails the test
+        def __getattr__(self, name):
+            raise AssertionError(f"memset read {name!r} before refusing the value")
+
+    with pytest.raises(tf.ValidationError, match=r"^session\.memset: value=.* must be a byte "
+                                                 r"value, an int from 0 to 255"):
+        memset(_Untouched(), _Untouched(), bad)
