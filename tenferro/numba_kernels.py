@@ -320,6 +320,20 @@ class NumbaKernel:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
         self._last = ((), None)
 
+    def known_function(self, args: list | tuple) -> Any:
+        """The Function already compiled for these arguments' types, or None (nothing checked).
+
+        What a launch looks up first: the last arguments' Function, or one found by the quick
+        key; anything else goes to `function_for` on the checked path.
+        """
+        prev, fn = self._last
+        if len(args) == len(prev) and all(map(_is, args, prev)):
+            return fn
+        fn = self._by_quick_key.get(tuple(map(_quick_key, args)))
+        if fn is not None:
+            self._last = (tuple(args), fn)
+        return fn
+
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""
         prev, fn = self._last

@@ -238,6 +238,8 @@ class Session:
         already checked and packed (and held until replaced, then until the stream passes).
         """
         try:
+            if fn.__class__ is NumbaKernel and fn.session is self:  # its Function, if compiled
+                fn = fn.known_function(args) or fn
             if fn.__class__ is not Function or fn.session is not self or \
                     config is not fn.last_config or not self.fast_path_ok or \
                     _get_ident() != self.thread:

@@ -213,6 +213,29 @@ def test_a_kernel_specializes_once_per_numba_type_and_finds_it_without_numba(mon
         k.function_for([span((4, 8), (32, 4)), 3], "op")
 
 
+def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypatch):
+    from tenferro import numba_kernels as nk
+
+    built = []
+    real = nk._specialization_type
+    monkeypatch.setattr(nk, "compile_for_session", lambda s, d, key, name, op: "fn1")
+    monkeypatch.setattr(nk, "_specialization_type",
+                        lambda a, op, i: built.append(i) or real(a, op, i))
+    s = _CachingSession()
+    k = nk.NumbaKernel(s, None, "k")
+    f32 = dtypes.by_name("f32")
+    y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, s)
+    assert k.known_function([y, np.float32(1.0)]) is None  # nothing compiled yet
+    assert k.function_for([y, np.float32(1.0)], "op") == "fn1" and built == [0, 1]
+    built.clear()
+    x = tf.TensorRef(0x20000, (8,), (4,), f32, 0, None, s)  # its writability is pack's to check
+    assert k.known_function([x, np.float32(2.0)]) == "fn1"
+    assert k.known_function([x, np.float64(2.0)]) is None  # another type: the checked path
+    assert k.known_function([x, 3]) is None  # a bare int decides no type here
+    assert k.known_function("ab") is None
+    assert built == []
+
+
 # --- on the GPU --------------------------------------------------------------------------------
 
 
@@ -351,3 +374,29 @@ def test_numba_kernel_refusals(session):
                                                  r"float"):
         session.launch(k, tf.LaunchConfig.flat(8), [session.tensor_mut(y), session.tensor(y),
                                                     2.0, 8])
+
+
+@pytest.mark.gpu
+def test_a_numba_kernel_relaunched_with_new_objects_of_the_same_types_computes_and_checks(
+        session, rng):
+    k = session.numba_kernel(scale_into)
+    n = 4097
+    x0 = rng.standard_normal(n).astype(np.float32)
+    x = session.upload(x0)
+    out = session.upload(np.full(n, np.nan, np.float32))
+    for a in (0.5, -1.25, 3.0):  # new numpy scalars each call: the Function is found again
+        session.launch(k, tf.LaunchConfig.flat(n), [session.tensor_mut(out), session.tensor(x),
+                                                    np.float32(a), np.int64(n)])
+        np.testing.assert_allclose(session.download(out), np.float64(a) * x0, rtol=1e-6)
+    assert len(k.specializations) == 1
+    poisoned = session.upload(np.full(n, np.nan, np.float32))
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] is a read-only "
+                                                 r"TensorRef but numba kernel 'scale_into' "
+                                                 r"stores"):
+        session.launch(k, tf.LaunchConfig.flat(n), [session.tensor(poisoned), session.tensor(x),
+                                                    np.float32(1.0), np.int64(n)])
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args must be a list or "
+                                                 r"tuple"):
+        session.launch(k, tf.LaunchConfig.flat(n), 5)
+    session.synchronize()
+    assert np.isnan(session.download(poisoned)).all()  # nothing ran with the refused argument
