@@ -1,6 +1,7 @@
 """tenferro: write and launch your own CUDA kernels from Python, checked and fast."""
 
 from .args import KernelArg, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
+from .compiler import CompiledCuda, cache_stats, compile_cuda
 from .devices import device_count, local_device
 from .errors import (
     BackendError,
@@ -12,7 +13,7 @@ from .errors import (
 )
 from .events import Event
 from .launch import LaunchConfig
-from .module import CompiledCuda, Function, Module, cache_stats, compile_cuda
+from .module import Function, Module
 from .scope import from_dlpack
 from .session import Session
 from .spans import DeviceBytes, TensorMut, TensorRef

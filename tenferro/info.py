@@ -13,8 +13,8 @@ import platform
 from typing import Any
 
 from . import _driver
+from .compiler import cache_dir
 from .errors import TenferroError
-from .module import cache_dir
 from .signature import display_name
 
 __all__ = ["collect", "report", "session_facts", "session_html", "session_repr"]

@@ -1,7 +1,8 @@
 """`Session`: one device's primary context and one stream, in a ``with`` block, on one thread.
 
 It keeps scope, thread and fault state, `launch`, `bind` and `synchronize`; every other method
-is the function of the part that owns the operation (`tenferro.tensor`, `tenferro.module`, ...).
+is the function of the part that owns the operation (`tenferro.tensor`, `tenferro.module`,
+...).
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+"""Loaded modules and their Functions (tenferro.module): loading, lookup, attributes, reprs."""
+
 import numpy as np
 import pytest
 from _stand_ins import RecordsFaults
@@ -8,197 +10,6 @@ SRC = r'''extern "C" __global__ void scale(float* y, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] *= a;
 }'''
-
-
-def test_compile_cubin_without_gpu():
-    r = tf.compile_cuda(SRC, arch="sm_90")
-    assert r.target == "cubin" and r.image[:4] == b"\x7fELF"
-    assert ".entry scale" in r.ptx
-    assert [p.kind for p in r.signatures["scale"].params] == ["ptr", "float", "int"]
-
-
-def test_compile_ptx_target():
-    r = tf.compile_cuda(SRC, arch="compute_90", target="ptx")
-    assert r.image.endswith(b"\0") and b".target sm_90" in r.image
-
-
-def test_second_compile_hits_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c2"))
-    before = tf.cache_stats()
-    first = tf.compile_cuda(SRC + "\n// unique 1")
-    second = tf.compile_cuda(SRC + "\n// unique 1")
-    after = tf.cache_stats()
-    assert not first.from_cache and second.from_cache
-    assert after["misses"] - before["misses"] == 1 and after["hits"] - before["hits"] == 1
-    assert first.image == second.image
-    assert list((tmp_path / "c2").glob("*.tfmod"))
-    # a different option is a different key
-    third = tf.compile_cuda(SRC + "\n// unique 1", options=["-lineinfo"])
-    assert not third.from_cache
-
-
-def test_corrupt_cache_entry_is_recompiled(tmp_path, monkeypatch):
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c3"))
-    tf.compile_cuda(SRC)
-    (entry,) = (tmp_path / "c3").glob("*.tfmod")
-    entry.write_text("{not json")
-    again = tf.compile_cuda(SRC)
-    assert not again.from_cache and again.image[:4] == b"\x7fELF"
-
-
-def test_failed_compile_carries_the_log():
-    with pytest.raises(tf.CompileError) as info:
-        tf.compile_cuda('extern "C" __global__ void bad(float* y) { y[0] = undefined_name; }')
-    assert "compile_cuda: NVRTC failed" in str(info.value)
-    assert "undefined_name" in info.value.log and "undefined_name" in str(info.value)
-
-
-def test_name_expressions_are_lowered():
-    src = "template<typename T> __global__ void fill(T* y, T v) { y[0] = v; }"
-    r = tf.compile_cuda(src, name_expressions=["fill<float>"])
-    low = r.lowered_names["fill<float>"]
-    assert low.startswith("_Z") and low in r.signatures
-
-
-@pytest.mark.parametrize("kwargs,pattern", [
-    ({"target": "fatbin"}, r"compile_cuda: target='fatbin'"),
-    ({"arch": "hopper"}, r"compile_cuda: arch='hopper'"),
-    ({"arch": "compute_90"}, r"compile_cuda: target='cubin' needs a real architecture"),
-    ({"options": ["-arch=sm_80"]}, r"compile_cuda: options=.*give the architecture as arch="),
-    ({"options": [3]}, r"compile_cuda: options must be strings"),
-    ({"name_expressions": [5]}, r"compile_cuda: name_expressions=\[5\]: each must be a "
-                                r"non-empty str, got 5"),
-    ({"name_expressions": 5}, r"compile_cuda: name_expressions=5 must be a str or a list"),
-    ({"name_expressions": [""]}, r"compile_cuda: name_expressions=\[''\]: each must be"),
-    ({"name": 5}, r"compile_cuda: name=5 must be a non-empty str"),
-    ({"name": ""}, r"compile_cuda: name='' must be a non-empty str"),
-])
-def test_compile_refusals(kwargs, pattern):
-    with pytest.raises(tf.ValidationError, match=pattern):
-        tf.compile_cuda(SRC, **kwargs)
-
-
-def test_source_must_be_str():
-    with pytest.raises(tf.ValidationError, match=r"compile_cuda: source must be str"):
-        tf.compile_cuda(b"bytes")
-
-
-def test_source_nul_and_unencodable_characters_are_refused():
-    cut = SRC + "\0" + "extern \"C\" __global__ void lost(float* y) { y[0] = 1; }"
-    with pytest.raises(tf.ValidationError, match=rf"compile_cuda: source has a NUL character at "
-                                                 rf"offset {len(SRC)}; NVRTC would compile only"):
-        tf.compile_cuda(cut)
-    with pytest.raises(tf.ValidationError, match=r"compile_cuda: source cannot be encoded as "
-                                                 r"UTF-8 at offset 3 \('\\ud800'"):
-        tf.compile_cuda("// \ud800\n" + SRC)
-    # Non-ASCII text that does encode (a comment in another script) compiles.
-    assert "scale" in tf.compile_cuda("// é ü 中\n" + SRC).signatures
-
-
-def test_cccl_headers_compile():
-    src = r"""#include <cooperative_groups.h>
-#include <cooperative_groups/reduce.h>
-#include <cuda/std/complex>
-namespace cg = cooperative_groups;
-extern "C" __global__ void warp_sum(float* out, const float* x) {
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
-    cuda::std::complex<float> z(x[threadIdx.x], 0.0f);
-    float s = cg::reduce(warp, z.real(), cg::plus<float>());
-    if (warp.thread_rank() == 0) out[0] = s;
-}"""
-    r = tf.compile_cuda(src, arch="sm_90")
-    assert [p.kind for p in r.signatures["warp_sum"].params] == ["ptr", "ptr"]
-    assert r.variables == {}  # CCCL's hundreds of static members are not the source's
-
-
-# Device headers that compile with no option (README, "Modules"): CCCL's cooperative groups,
-# libcu++ and CUB's block and warp primitives, the toolkit's own, and <mma.h> (WMMA).
-DEVICE_HEADERS = [
-    "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
-    "cooperative_groups/memcpy_async.h", "cuda/std/complex", "cuda/std/atomic",
-    "cuda/std/limits", "cuda/std/type_traits", "cuda/std/cmath", "cuda/std/array",
-    "cuda/std/span", "cuda/std/mdspan", "cuda/atomic", "cuda/barrier", "cuda/pipeline",
-    "cuda/ptx", "cub/block/block_reduce.cuh", "cub/block/block_scan.cuh",
-    "cub/block/block_load.cuh", "cub/block/block_radix_sort.cuh", "cub/warp/warp_reduce.cuh",
-    "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_pipeline.h", "math_constants.h", "mma.h",
-]
-
-
-@pytest.mark.parametrize("header", DEVICE_HEADERS)
-def test_device_headers_compile_with_no_option(header):
-    tf.compile_cuda(f'#include <{header}>\nextern "C" __global__ void k(float* y) {{ *y = 1; }}\n',
-                    cache=False)
-
-
-def test_wmma_from_mma_h_compiles_with_its_c_signature():
-    src = r"""#include <mma.h>
-using namespace nvcuda;
-extern "C" __global__ void wmma16(float* c, const __half* a, const __half* b) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-    wmma::fill_fragment(fc, 0.0f);
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(fb, b, 16);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
-}"""
-    r = tf.compile_cuda(src, cache=False)
-    assert "wmma.mma.sync" in r.ptx
-    assert repr(r.signatures["wmma16"]) == ("Signature(wmma16(float* c, const __half* a, "
-                                            "const __half* b), from cuda)")
-
-
-def test_a_host_side_header_is_a_compile_error_with_the_log():
-    # CUB's device-wide algorithms launch from the host: NVRTC compiles device code only.
-    with pytest.raises(tf.CompileError, match=r"compile_cuda: NVRTC failed to compile") as info:
-        tf.compile_cuda('#include <cub/device/device_reduce.cuh>\n', cache=False)
-    assert "device_reduce.cuh" in info.value.log
-
-
-def test_successful_compile_keeps_its_warnings(tmp_path, monkeypatch):
-    warned = tf.compile_cuda("#warning tenferro-test-warning\n" + SRC)
-    assert "tenferro-test-warning" in warned.log and not warned.from_cache
-    cached = tf.compile_cuda("#warning tenferro-test-warning\n" + SRC)
-    assert cached.from_cache and "tenferro-test-warning" in cached.log
-    assert "warning" not in tf.compile_cuda(SRC).log
-
-
-@pytest.mark.parametrize("damage", [
-    lambda e: {**e, "image_hex": "zz" + e["image_hex"][2:]},   # not hex
-    lambda e: {**e, "ptx": 5},                                 # a field of the wrong type
-    lambda e: {**e, "lowered": {"a": 1}},
-    lambda e: {k: v for k, v in e.items() if k != "key"},      # no key
-    lambda e: {**e, "key": "0" * 64},                          # another key
-])
-def test_cache_entries_that_do_not_check_are_recompiled_and_overwritten(tmp_path, monkeypatch,
-                                                                       damage):
-    import json
-
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c4"))
-    good = tf.compile_cuda(SRC)
-    (path,) = (tmp_path / "c4").glob("*.tfmod")
-    path.write_text(json.dumps(damage(json.loads(path.read_text()))))
-    again = tf.compile_cuda(SRC)
-    assert not again.from_cache and again.image == good.image
-    third = tf.compile_cuda(SRC)  # the recompile overwrote the bad entry
-    assert third.from_cache and third.image == good.image
-
-
-def test_cache_entry_of_another_source_is_not_loaded(tmp_path, monkeypatch):
-    import json
-
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c5"))
-    other = SRC.replace("scale", "other")
-    tf.compile_cuda(SRC)
-    tf.compile_cuda(other)
-    a, b = sorted((tmp_path / "c5").glob("*.tfmod"))
-    b.write_text(a.read_text())  # b's file now holds a's entry (with a's key)
-    for src in (SRC, other):
-        r = tf.compile_cuda(src)
-        name = "scale" if src is SRC else "other"
-        assert list(r.signatures) == [name], (r.from_cache, list(r.signatures))
-    assert json.loads(b.read_text())["key"] == b.stem
 
 
 SCALE = r'''
@@ -251,28 +62,6 @@ def test_load_cubin_takes_sizes_from_the_driver(session, rng):
         session.load_cubin("scale.cubin")
 
 
-def test_nvrtc_writes_only_into_fresh_writable_buffers(monkeypatch):
-    # Regression: NVRTC once wrote its empty log's NUL into the buffer ``b" " * 1``, which is
-    # the shared b" " constant itself; on Python 3.12 that turned spaces into NULs process-wide
-    # (torch then failed to import). Every buffer NVRTC fills must be a fresh bytearray.
-    from cuda.bindings import nvrtc
-
-    seen = []
-    for name in ("nvrtcGetProgramLog", "nvrtcGetPTX", "nvrtcGetCUBIN"):
-        real = getattr(nvrtc, name)
-
-        def spy(prog, buf, _real=real, _name=name):
-            seen.append((_name, type(buf)))
-            return _real(prog, buf)
-
-        monkeypatch.setattr(nvrtc, name, spy)
-    tf.compile_cuda('extern "C" __global__ void k() {}', arch="sm_90", cache=False)
-    # The kernel's compile, then the probe of its C parameter types (no CUBIN asked).
-    assert sorted(set(seen)) == [("nvrtcGetCUBIN", bytearray), ("nvrtcGetPTX", bytearray),
-                                 ("nvrtcGetProgramLog", bytearray)] and len(seen) == 5
-    assert " ".join(["a", "b"]) == "a b"
-
-
 @pytest.mark.gpu
 def test_module_function_refuses_a_name_that_is_not_a_str(session):
     m = session.compile(SRC)
@@ -303,67 +92,6 @@ def test_session_compile_refuses_another_architecture(session):
                        match=rf"session\.compile: arch='{other}' is not this device's "
                              rf"architecture \(sm_{major}{minor}, "):
         session.compile("extern \"C\" __global__ void f() {}", arch=other)
-
-
-@pytest.mark.parametrize(("kwargs", "pattern"), [
-    ({"options": ["--gpu-architecture=sm_80"]}, r"options=.*give the architecture as arch="),
-    ({"name_expressions": ["fill\0<float>"]}, r"name_expressions=.*: each must be a non-empty "
-                                              r"str"),
-    ({"name": "a\0.cu"}, r"name='a\\x00\.cu' must be a non-empty str"),
-    ({"arch": 90}, r"arch=90 must look like 'sm_90'"),
-    ({"arch": None}, r"arch=None must look like 'sm_90'"),
-])
-def test_compile_refusals_of_spellings_that_slip_past_a_first_check(kwargs, pattern):
-    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: " + pattern):
-        tf.compile_cuda(SRC, **kwargs)
-
-
-def test_a_nul_anywhere_is_found_from_the_first():
-    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: source has a NUL character at "
-                                                 r"offset 0;"):
-        tf.compile_cuda("\0" + SRC)
-    with pytest.raises(tf.ValidationError, match=r"at offset 5;"):
-        tf.compile_cuda("// ab\0" + SRC + "\0")
-
-
-def test_a_compile_from_the_cache_is_the_compile_it_stored(tmp_path, monkeypatch):
-    # A cache directory that does not exist yet (two levels deep) is made; what comes back
-    # from it is the same image, target, architecture and signatures, and no temporary file
-    # is left beside the entry.
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "deep" / "cache"))
-    src = SRC + "\n// cache round trip"
-    fresh = tf.compile_cuda(src, arch="sm_90")
-    hit = tf.compile_cuda(src, arch="sm_90")
-    assert (fresh.from_cache, hit.from_cache) == (False, True)
-    for field in ("image", "ptx", "target", "arch", "lowered_names"):
-        assert getattr(hit, field) == getattr(fresh, field), field
-    assert hit.arch == "sm_90" and hit.image[:4] == b"\x7fELF"
-    assert hit.signatures["scale"] == fresh.signatures["scale"]
-    files = sorted(p.name for p in (tmp_path / "deep" / "cache").iterdir())
-    assert len(files) == 1 and files[0].endswith(".tfmod") and not files[0].startswith(".tmp")
-    ptx_fresh = tf.compile_cuda(src, arch="compute_90", target="ptx")
-    ptx_hit = tf.compile_cuda(src, arch="compute_90", target="ptx")
-    assert ptx_hit.from_cache and ptx_hit.image == ptx_fresh.image and ptx_hit.target == "ptx"
-
-
-def test_the_cache_defaults_to_the_users_cache_directory(tmp_path, monkeypatch):
-    from tenferro import module
-
-    monkeypatch.delenv("TENFERRO_CACHE_DIR", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert module.cache_dir() == tmp_path / ".cache" / "tenferro"
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "mine"))
-    assert module.cache_dir() == tmp_path / "mine"
-
-
-def test_a_compile_error_names_the_file_nvrtc_was_given():
-    bad = 'extern "C" __global__ void bad(float* y) { y[0] = nope; }'
-    with pytest.raises(tf.CompileError) as info:
-        tf.compile_cuda(bad)
-    assert "tenferro.cu(" in info.value.log
-    with pytest.raises(tf.CompileError) as info:
-        tf.compile_cuda(bad, name="mine.cu")
-    assert "mine.cu(" in info.value.log
 
 
 def test_a_function_reads_as_its_c_declaration():
@@ -426,18 +154,6 @@ def test_a_cpp_kernel_file_launches_by_its_kernels_own_names(session, rng):
     np.testing.assert_allclose(session.download(x), x0.astype(np.float64) + b0, rtol=1e-6)
 
 
-def test_compiled_cuda_reads_as_its_kernels_not_its_bytes(tmp_path, monkeypatch):
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
-    src = SRC + "\ntemplate <typename T> __global__ void fill(T* y, T v) { *y = v; }\n"
-    first = tf.compile_cuda(src, name_expressions=["fill<double>"])
-    kernels = "scale(float* y, float a, unsigned int n); fill<double>(double* y, double v)"
-    assert repr(first) == (f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes; "
-                           f"2 kernel(s): {kernels})")
-    again = tf.compile_cuda(src, name_expressions=["fill<double>"])
-    assert repr(again) == (f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes, from the "
-                           f"cache; 2 kernel(s): {kernels})")
-
-
 @pytest.mark.gpu
 def test_module_and_bound_launch_read_as_their_kernels(session):
     mod = session.compile(SRC)
@@ -448,65 +164,6 @@ def test_module_and_bound_launch_read_as_their_kernels(session):
     bound = session.bind(fn, tf.LaunchConfig.flat(8), [session.tensor_mut(y), 1.0, 8])
     assert repr(bound) == ("BoundLaunch(scale, LaunchConfig(grid=(1, 1, 1), block=(256, 1, 1), "
                            "shared_mem_bytes=0))")
-
-
-def test_compiled_cuda_shows_its_kernels_as_a_table_in_notebooks():
-    r = tf.compile_cuda('extern "C" __global__ void k(float* y, unsigned n) {}\n'
-                        "template <class T> __global__ void f(T* y) {}\n"
-                        "template __global__ void f<int>(int*);\n"
-                        'extern "C" __global__ void e() {}\n', cache=False)
-    assert r._repr_html_() == (
-        f"<b>CompiledCuda: cubin for sm_90, {len(r.image)} bytes</b><table><tr><th>kernel</th>"
-        "<th>parameters</th></tr>"
-        "<tr><td><code>e</code></td><td><code>(none)</code></td></tr>"
-        "<tr><td><code>f&lt;int&gt;</code></td><td><code>int* y</code></td></tr>"
-        "<tr><td><code>k</code></td><td><code>float* y, unsigned int n</code></td></tr></table>")
-
-
-def test_a_compile_from_the_cache_says_so_in_its_table(tmp_path, monkeypatch):
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
-    src = 'extern "C" __global__ void k(float* y) {}\n'
-    assert ", from the cache" not in tf.compile_cuda(src)._repr_html_()
-    assert tf.compile_cuda(src)._repr_html_().startswith(
-        "<b>CompiledCuda: cubin for sm_90, ")
-    assert ", from the cache</b>" in tf.compile_cuda(src)._repr_html_()
-
-
-def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path, monkeypatch):
-    # A rename is atomic only within one file system: the temporary file sits in the cache
-    # directory, named so that no reader takes it for an entry (.tmp-*.tfmod).
-    import os
-    from pathlib import Path
-
-    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
-    renames = []
-    real = os.replace
-    monkeypatch.setattr(os, "replace", lambda src, dst: (renames.append((src, dst)),
-                                                         real(src, dst))[1])
-    tf.compile_cuda(SRC + "\n// renamed into place")
-    [(src, dst)] = renames
-    src, dst = Path(src), Path(dst)
-    assert src.parent == dst.parent == tmp_path
-    assert src.name.startswith(".tmp-") and src.name.endswith(".tfmod")
-    assert dst.name.endswith(".tfmod") and not dst.name.startswith(".")
-
-
-def test_a_source_without_kernels_compiles_to_no_signatures():
-    r = tf.compile_cuda("__device__ int twice(int x) { return 2 * x; }\n", cache=False)
-    assert r.signatures == {} and r.image[:4] == b"\x7fELF"
-
-
-def test_a_source_that_is_not_text_is_refused_naming_its_type():
-    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: source must be str, got bytes$"):
-        tf.compile_cuda(SRC.encode())
-
-
-def test_overloads_share_a_name_in_the_table_and_keep_a_row_each():
-    r = tf.compile_cuda("__global__ void scale(float* y, float a) {}\n"
-                        "__global__ void scale(double* y, double a) {}\n", cache=False)
-    table = r._repr_html_()
-    assert table.count("<td><code>scale</code></td>") == 2
-    assert "<code>float* y, float a</code>" in table and "<code>double* y, double a</code>" in table
 
 
 def _refusing_loader(result_name, given=None):
@@ -753,58 +410,3 @@ def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
     monkeypatch.setattr(d, "module_function_names", lambda module: [])
     with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'scale'"):
         m.function("scale")  # nothing was kept from the failed lookup
-
-
-# --- the C-type probe beside the kernels' compile -----------------------------------------------
-
-def _recorded_compiles(monkeypatch):
-    """Each NVRTC compile: (thread name, its name expressions), in the order they began."""
-    import threading
-
-    from tenferro import module as module_part
-
-    real, seen = module_part._driver.nvrtc_compile, []
-
-    def recording(source, name, options, exprs, cubin):
-        seen.append((threading.current_thread().name, [e.decode() for e in exprs]))
-        return real(source, name, options, exprs, cubin)
-
-    monkeypatch.setattr(module_part._driver, "nvrtc_compile", recording)
-    return seen
-
-
-KERNEL_PAIR = r'''
-extern "C" __global__ void scale(float* y, float a, unsigned n) { y[threadIdx.x % n] *= a; }
-extern "C" __global__ __launch_bounds__(128) void shift(double* y, double b) { y[0] += b; }
-'''
-
-
-def test_the_c_type_probe_runs_beside_the_kernels_compile(monkeypatch):
-    seen = _recorded_compiles(monkeypatch)
-    r = tf.compile_cuda(KERNEL_PAIR, arch="sm_90")
-    assert sorted(seen) == sorted([
-        ("MainThread", []),
-        ("tenferro-c-type-probe", ["__tenferro_c_types_of<decltype(&scale)>",
-                                   "__tenferro_c_types_of<decltype(&shift)>"])])
-    assert r.signatures["scale"].declaration() == "scale(float* y, float a, unsigned int n)"
-    assert r.signatures["shift"].declaration() == "shift(double* y, double b)"
-
-
-def test_a_wrong_guess_from_the_text_is_probed_again_on_ptxs_entries(monkeypatch):
-    seen = _recorded_compiles(monkeypatch)
-    src = KERNEL_PAIR + '#if 0\nextern "C" __global__ void gone(int* p) {}\n#endif\n'
-    r = tf.compile_cuda(src, arch="sm_90")
-    probes = [exprs for thread, exprs in seen if exprs]
-    assert len(seen) == 3 and len(probes) == 2  # the early probe named `gone`, which fails
-    assert any("__tenferro_c_types_of<decltype(&gone)>" in p for p in probes)
-    assert r.signatures["shift"].declaration() == "shift(double* y, double b)"
-    assert "gone" not in r.signatures
-
-
-def test_a_kernel_made_by_a_macro_is_probed_after_the_compile(monkeypatch):
-    seen = _recorded_compiles(monkeypatch)
-    src = ('#define KERNEL extern "C" __global__\n'
-           "KERNEL void ones(float* p) { *p = 1; }\n")
-    r = tf.compile_cuda(src, arch="sm_90")
-    assert [thread for thread, _ in seen] == ["MainThread", "MainThread"]  # no guess to start
-    assert r.signatures["ones"].params[0].c_type.spell() == "float*"

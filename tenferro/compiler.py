@@ -1,0 +1,335 @@
+"""CUDA C compilation through NVRTC with a disk cache: `compile_cuda` and `CompiledCuda`.
+
+`compile_cuda` needs no GPU: it is what ``s.compile`` calls with the device's own architecture.
+The cache key covers the source, options, name expressions, architecture, target, and the
+NVRTC and driver versions; entries are written atomically (a temporary file, then a rename), so
+concurrent processes never read a half-written entry. The location is ``$TENFERRO_CACHE_DIR``,
+else ``~/.cache/tenferro``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _driver
+from . import variables as variables_part
+from .errors import BackendError, CompileError, ValidationError
+from .signature import (
+    Signature,
+    kernels_html,
+    parse_ptx,
+    refine_with_source,
+    with_c_types,
+)
+from .variables import Variable
+
+__all__ = ["CompiledCuda", "cache_dir", "cache_stats", "compile_cuda"]
+
+_CACHE_FORMAT = 3  # 2: entries keep the C-type probes' names; 3: the variables' too
+_stats_lock = threading.Lock()
+_stats = {"hits": 0, "misses": 0}
+
+
+def cache_stats() -> dict[str, int]:
+    """Hits and misses of the compile cache in this process, since import."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def cache_dir() -> Path:
+    """Where compiled modules are cached: ``$TENFERRO_CACHE_DIR`` or ``~/.cache/tenferro``."""
+    env = os.environ.get("TENFERRO_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "tenferro"
+
+
+@dataclass(frozen=True)
+class CompiledCuda:
+    """What NVRTC made of a source: the image to load and what tenferro knows of its kernels.
+
+    ``image`` is the CUBIN for ``target="cubin"`` or the PTX text (bytes) for ``"ptx"``;
+    ``lowered_names`` maps each name expression to its mangled entry name.
+    """
+
+    image: bytes
+    ptx: str
+    target: str
+    arch: str
+    log: str
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    from_cache: bool = False
+    variables: dict[str, Variable] = field(default_factory=dict)  # __device__, __constant__
+
+    def _what(self) -> str:
+        cached = ", from the cache" if self.from_cache else ""
+        return f"{self.target} for {self.arch}, {len(self.image)} bytes{cached}"
+
+    def __repr__(self) -> str:
+        kernels = "; ".join(sig.declaration() for sig in self.signatures.values())
+        return (f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
+                f"{variables_part.listed(self.variables)})")
+
+    def _repr_html_(self) -> str:
+        return kernels_html(f"CompiledCuda: {self._what()}", self.signatures)
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+def _norm_name_expressions(name_expressions: Any, op: str) -> list[str]:
+    if name_expressions is None:
+        return []
+    if isinstance(name_expressions, str):
+        name_expressions = [name_expressions]
+    try:
+        exprs = list(name_expressions)
+    except TypeError:
+        raise ValidationError(f"{op}: {name_expressions=} must be a str or a list of str") \
+            from None
+    for e in exprs:
+        if not isinstance(e, str) or not e or "\0" in e:
+            raise ValidationError(f"{op}: name_expressions={exprs!r}: each must be a non-empty "
+                                  f"str, got {e!r}")
+    return exprs
+
+
+def _norm_options(options: Any, op: str) -> list[str]:
+    if options is None:
+        return []
+    if isinstance(options, str):
+        options = [options]
+    opts = list(options)
+    for o in opts:
+        if not isinstance(o, str):
+            raise ValidationError(f"{op}: options must be strings, got {o!r}")
+        if o.startswith(("-arch", "--gpu-architecture")):
+            raise ValidationError(f"{op}: options={opts!r}: give the architecture as arch=, "
+                                  "not in options")
+    return opts
+
+
+def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
+                 options: Any = None, name_expressions: Any = None,
+                 *, name: str = "tenferro.cu", cache: bool = True,
+                 _driver_version: int = 0) -> CompiledCuda:
+    """Compile CUDA C with NVRTC to a CUBIN or PTX for ``arch``; needs no GPU.
+
+    Refused: a non-str source, an unknown target, an arch that is not ``sm_NN``/``compute_NN``,
+    ``-arch`` inside ``options``. A failed compile raises `CompileError` carrying NVRTC's log.
+    """
+    op = "compile_cuda"
+    if not isinstance(source, str):
+        raise ValidationError(f"{op}: source must be str, got {type(source).__name__}")
+    nul = source.find("\0")
+    if nul >= 0:
+        raise ValidationError(f"{op}: source has a NUL character at offset {nul}; NVRTC would "
+                              "compile only what comes before it")
+    try:
+        source_bytes = source.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{op}: source cannot be encoded as UTF-8 at offset {exc.start} "
+                              f"({source[exc.start]!r}: {exc.reason})") from None
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValidationError(f"{op}: {name=} must be a non-empty str (the file name NVRTC "
+                              "reports)")
+    if target not in ("cubin", "ptx"):
+        raise ValidationError(f"{op}: {target=} must be 'cubin' or 'ptx'")
+    m = _ARCH.match(arch) if isinstance(arch, str) else None
+    if m is None:
+        raise ValidationError(f"{op}: {arch=} must look like 'sm_90' or 'compute_90'")
+    opts = _norm_options(options, op)
+    exprs = _norm_name_expressions(name_expressions, op)
+    real_arch, virt_arch = f"sm_{m.group(2)}{m.group(3)}", f"compute_{m.group(2)}{m.group(3)}"
+    if target == "cubin" and arch.startswith("compute_"):
+        raise ValidationError(f"{op}: target='cubin' needs a real architecture (sm_NN), got "
+                              f"{arch=}")
+    arch_opt = f"-arch={real_arch if target == 'cubin' else virt_arch}"
+    base_opts = [arch_opt, "-std=c++17", *(f"-I{d}" for d in _driver.cuda_include_dirs())]
+    nvrtc_ver = _driver.nvrtc_version()
+    key = hashlib.sha256(json.dumps(
+        [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version],
+    ).encode()).hexdigest()
+    path = cache_dir() / f"{key}.tfmod"
+    if cache:
+        hit = _read_cache(path, key)
+        if hit is not None:
+            with _stats_lock:
+                _stats["hits"] += 1
+            return _finish(hit, source, target, arch, from_cache=True)
+    with _stats_lock:
+        _stats["misses"] += 1
+    probe_opts = [*base_opts, *opts]
+    early = _early_c_type_probes(source, name, probe_opts)  # beside the kernels' compile
+    ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
+        source_bytes, name.encode(), [o.encode() for o in (*base_opts, *opts)],
+        [e.encode() for e in exprs], target == "cubin")
+    if not ok:
+        raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
+    ptx_text = ptx.decode()
+    entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
+             "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
+             "probes": _c_type_probes(source, name, probe_opts, ptx_text, early),
+             "variable_probes": _variable_probes(source, name, probe_opts, ptx_text)}
+    if cache:
+        _write_cache(path, entry)
+    return _finish(entry, source, target, arch, from_cache=False)
+
+
+# Instantiated on ``decltype(&kernel)`` for each extern "C" kernel, in a second compile, so that
+# NVRTC's lowered name spells the kernel's C parameter types (tenferro.mangling reads them).
+_PROBE = "__tenferro_c_types_of"
+_PROBE_SOURCE = f"\ntemplate <typename T> __global__ void {_PROBE}() {{}}\n"
+_ENTRY_NAME = re.compile(r"\.entry\s+([\w$]+)")
+
+
+def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
+                   early: _Early | None = None) -> dict[str, str]:
+    """For each extern "C" entry, the lowered name of the probe instantiated on its type.
+
+    Only what compiles: an entry whose name does not resolve at the end of the source (one
+    declared inside a namespace) leaves every probe out, and the signatures keep PTX's view.
+    ``early`` is the probe started from the source's text (`_early_c_type_probes`); its
+    answer serves where it has every entry, else the probe runs now on PTX's entries.
+    """
+    entries = [e for e in _ENTRY_NAME.findall(ptx) if not e.startswith("_Z")]
+    if not entries:
+        return {}
+    got = early.result() if early is not None else None
+    if got and all(e in got for e in entries):
+        return {e: got[e] for e in entries}
+    return _lowered_probes(source + _PROBE_SOURCE, name, options, _probe_exprs(entries))
+
+
+def _probe_exprs(kernels: list[str]) -> dict[str, str]:
+    """Each extern "C" kernel's probe: the template instantiated on the kernel's type."""
+    return {k: f"{_PROBE}<decltype(&{k})>" for k in kernels}
+
+
+# An extern "C" kernel as people write it; a guess from the text, which PTX's entries confirm.
+_EXTERN_C_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+class _Early:
+    """A call on a thread of its own; `result` waits for it (None where it raised)."""
+
+    __slots__ = ("_thread", "_value")
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._value: Any = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
+                                        name="tenferro-c-type-probe")
+        self._thread.start()
+
+    def _run(self, fn: Any, args: tuple) -> None:
+        try:
+            self._value = fn(*args)
+        except Exception:  # the probe is an aid: where it fails, the one after the compile runs
+            self._value = None
+
+    def result(self) -> Any:
+        self._thread.join()
+        return self._value
+
+
+def _early_c_type_probes(source: str, name: str, options: list[str]) -> _Early | None:
+    """The C-type probe of the extern "C" kernels the text declares, started now.
+
+    NVRTC lets go of the interpreter while it compiles, so the probe and the kernels' own
+    compile run at once instead of one after the other (the first compile of a new source is
+    on the way to a fresh process's first result). A guess the text gets wrong (a kernel made
+    by a macro, one inside ``#if 0``) costs only the wait: `_c_type_probes` probes again.
+    """
+    guessed = list(dict.fromkeys(_EXTERN_C_KERNEL.findall(source)))
+    if not guessed:
+        return None
+    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options, _probe_exprs(guessed))
+
+
+def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:
+    """For each of the source's variables, the lowered name of the probe on its type.
+
+    Where one of them cannot be named at the end of the source, which spoils the compile of
+    them all, each is probed alone, so only it keeps PTX's view.
+    """
+    exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx, source))
+    probe_source = source + variables_part.PROBE_SOURCE
+    lowered = _lowered_probes(probe_source, name, options, exprs)
+    if len(exprs) > 1 and not lowered:
+        lowered = {k: one for k, x in exprs.items()
+                   for one in _lowered_probes(probe_source, name, options, {k: x}).values()}
+    return lowered
+
+
+def _lowered_probes(source: str, name: str, options: list[str],
+                    exprs: dict[str, str]) -> dict[str, str]:
+    """Each key's name expression, lowered by a compile of ``source``; {} if that fails."""
+    if not exprs:
+        return {}
+    try:
+        ok, _log, _ptx, _cubin, lowered = _driver.nvrtc_compile(
+            source.encode(), name.encode(), [o.encode() for o in options],
+            [x.encode() for x in exprs.values()], False)
+    except BackendError:
+        return {}
+    if not ok:
+        return {}
+    return {k: lowered[x] for k, x in exprs.items() if x in lowered}
+
+
+def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
+    sigs = with_c_types(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False),
+                        entry.get("probes") or {})
+    sigs = refine_with_source(sigs, source)  # names; the text's types where the compiler's lack
+    variables = variables_part.with_c_types(variables_part.ptx_variables(entry["ptx"], source),
+                                            entry["variable_probes"])
+    image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
+    return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),
+                        sigs, from_cache, variables)
+
+
+def _read_cache(path: Path, key: str) -> dict | None:
+    """The entry at ``path`` if it is whole and was written for ``key``; else None (recompile).
+
+    An entry that does not check (another key, a field of the wrong type, an image that is not
+    hex) is treated as missing, and the compile that follows overwrites it.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return None  # missing or unreadable: compile again and overwrite
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    ptx, log, lowered, image, probes, variable_probes = (entry.get(k) for k in (
+        "ptx", "log", "lowered", "image_hex", "probes", "variable_probes"))
+    if not (isinstance(ptx, str) and isinstance(log, str) and isinstance(image, str)
+            and all(isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in d.items())
+                    for d in (lowered, probes, variable_probes))):
+        return None
+    try:
+        bytes.fromhex(image)
+    except ValueError:
+        return None
+    return entry
+
+
+def _write_cache(path: Path, entry: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tfmod")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entry, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only or full cache directory costs a recompile, never a failure
