@@ -291,8 +291,8 @@ class PackedParams:
         Python number where the type is not known, a `TensorRef` where the kernel writes, and
         overlapping spans where one of them is writable.
         """
-        prev = self.last_args
-        if len(args) == len(prev) and all(map(_is, args, prev)):
+        prev = self.last_args  # empty until a pack succeeds: then every argument is checked
+        if prev and len(args) == len(prev) and all(map(_is, args, prev)):
             return self.last_spans  # the very objects checked and packed last time
         if len(args) != self.nparams:
             raise ValidationError(
@@ -374,7 +374,7 @@ class ParamBlock(PackedParams):
         """
         lines = ["def pack(args, session, op):",
                  "    prev = block.last_args",
-                 "    if len(args) == len(prev) and all(map(_is, args, prev)):",
+                 "    if prev and len(args) == len(prev) and all(map(_is, args, prev)):",
                  "        return block.last_spans",
                  f"    if len(args) != {self.nparams}:",
                  "        return general(args, session, op)",

@@ -160,10 +160,12 @@ def _f_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 class NumbaParamBlock(PackedParams):
     """numba's argument layout in one buffer, with cuLaunchKernel's pointer array into it.
 
-    `pack` is `PackedParams.pack`: check every argument, write it in place, return the spans.
+    `pack` is `PackedParams.pack` (check every argument, write it in place, return the spans),
+    with one shortcut: where the only new objects are numpy scalars of their parameter's own
+    type (``np.float32(x)`` made in the call), their bytes are written and nothing else runs.
     """
 
-    __slots__ = ("name", "numpy_scalars", "specs", "structs", "writes")
+    __slots__ = ("name", "numpy_scalars", "scalar_places", "specs", "structs", "writes")
     what = "numba kernel"
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
@@ -177,6 +179,27 @@ class NumbaParamBlock(PackedParams):
         # Per scalar argument, the numpy scalar class whose own bytes are its packing.
         self.numpy_scalars = tuple(dtypes.numpy_scalar_class(s[1]) if s[0] != _ARRAY else None
                                    for s in specs)
+        # Per argument: (that class, the bytes' slice) for a scalar, None for an array.
+        self.scalar_places = tuple(
+            None if c is None else (c, slice(self.offsets[sp[4]],
+                                             self.offsets[sp[4]] + sp[1].itemsize))
+            for c, sp in zip(self.numpy_scalars, specs, strict=True))
+
+    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+        """`PackedParams.pack`; new numpy scalars of their own types alone are just written."""
+        prev = self.last_args  # empty until a pack succeeds, and after a refused one
+        if prev and len(args) == len(prev):
+            places, mv = self.scalar_places, self._mv
+            for i, a in enumerate(args):
+                if a is not prev[i]:
+                    place = places[i]
+                    if place is None or a.__class__ is not place[0]:
+                        break
+                    mv[place[1]] = a.tobytes()
+            else:  # the same spans, so nothing else to check; these scalars are now packed
+                self.last_args = tuple(args)
+                return self.last_spans
+        return super().pack(args, session, op)
 
     def fresh(self) -> NumbaParamBlock:
         """A new, empty block for the same kernel (for a bound launch of its own)."""
@@ -326,8 +349,8 @@ class NumbaKernel:
         What a launch looks up first: the last arguments' Function, or one found by the quick
         key; anything else goes to `function_for` on the checked path.
         """
-        prev, fn = self._last
-        if len(args) == len(prev) and all(map(_is, args, prev)):
+        prev, fn = self._last  # ((), None) until a Function is found
+        if prev and len(args) == len(prev) and all(map(_is, args, prev)):
             return fn
         fn = self._by_quick_key.get(tuple(map(_quick_key, args)))
         if fn is not None:
@@ -336,12 +359,16 @@ class NumbaKernel:
 
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""
-        prev, fn = self._last
-        if len(args) == len(prev) and all(map(_is, args, prev)):
+        prev, fn = self._last  # ((), None) until a Function is found
+        if prev and len(args) == len(prev) and all(map(_is, args, prev)):
             return fn
         quick = tuple(map(_quick_key, args))
         fn = self._by_quick_key.get(quick)
         if fn is None:
+            code = getattr(getattr(self.dispatcher, "py_func", None), "__code__", None)
+            if code is not None and len(args) != code.co_argcount:
+                raise ValidationError(f"{op}: numba kernel {self.name!r} takes "
+                                      f"{code.co_argcount} argument(s), got {len(args)}")
             key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
             fn = self.specializations.get(key)
             if fn is None:

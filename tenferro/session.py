@@ -247,8 +247,8 @@ class Session:
                 launch_checked(self, fn, config, args)
                 return
             param_block = fn.param_block
-            prev = param_block.last_args
-            if len(args) != len(prev) or not all(map(_is, args, prev)):
+            prev = param_block.last_args  # empty after a synchronize: all is checked again
+            if not prev or len(args) != len(prev) or not all(map(_is, args, prev)):
                 if not isinstance(args, (list, tuple)):
                     raise TypeError  # named below, with the refusal of len() of a non-sequence
                 replaced = param_block.last_spans

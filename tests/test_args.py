@@ -773,3 +773,19 @@ def test_kernelarg_scalar_names_itself_in_its_refusals():
                                                  r"range for u8"):
         tf.KernelArg.scalar(256, np.uint8)
     assert tf.KernelArg.scalar(255, np.uint8).data == b"\xff"
+
+
+def test_an_empty_argument_list_is_counted_when_nothing_is_remembered():
+    # An empty list matches an empty memory by identity: it must still be counted, or a launch
+    # after a synchronize (which forgets) would run with the bytes of an earlier one.
+    block = _block()
+    s = object()
+    for _ in range(2):  # before any pack, and after a forget
+        with pytest.raises(tf.ValidationError, match=r"^session\.launch: kernel 'k' takes 6 "
+                                                     r"argument\(s\), got 0"):
+            block.pack([], s, "session.launch")
+        with pytest.raises(tf.ValidationError, match=r"takes 6 argument\(s\), got 0"):
+            super(ParamBlock, block).pack((), s, "session.launch")  # the general loop too
+        block.forget()
+    none = ParamBlock(tf.compile_cuda('extern "C" __global__ void z() {}').signatures["z"])
+    assert none.pack([], s, "session.launch") == [] and none.pack([], s, "op") == []

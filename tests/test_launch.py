@@ -981,3 +981,25 @@ def test_a_numba_grid_sync_kernel_launches_cooperatively(session):
     session.launch(fn, cfg, [session.tensor_mut(x), session.tensor_mut(out)])
     want = 2 * np.arange(n, dtype=np.int64) + 1
     np.testing.assert_array_equal(session.download(out), np.roll(want, -1))
+
+
+@pytest.mark.gpu
+def test_an_empty_argument_list_after_a_synchronize_is_refused_not_launched(session, rng):
+    # The synchronize forgets the last arguments; an empty list must not pass as "the same".
+    n = 512
+    from _sources import scale_add
+
+    raw, numba_fn = _kernels(session)
+    x = session.upload(rng.standard_normal(n).astype(np.float32))
+    for fn, count in ((raw, np.uint32(n)), (numba_fn, np.int64(n)),
+                      (session.numba_kernel(scale_add), np.int64(n))):
+        y = session.upload(np.full(n, np.nan, np.float32))
+        session.launch(fn, tf.LaunchConfig.flat(n, 128),
+                       [session.tensor_mut(y), session.tensor(x), np.float32(1.0), count])
+        session.synchronize()
+        session.copy(y, session.upload(np.full(n, np.nan, np.float32)))  # poisoned again
+        with pytest.raises(tf.ValidationError, match=r"^session\.launch: .*takes 4 "
+                                                     r"argument\(s\), got 0"):
+            session.launch(fn, tf.LaunchConfig.flat(n, 128), [])
+        session.synchronize()
+        assert np.isnan(session.download(y)).all()  # nothing ran

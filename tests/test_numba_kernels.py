@@ -143,8 +143,10 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
     assert checked == [0, 1, 2, 3]
     checked.clear()
     nine = np.int64(9)
-    block.pack([y, x, np.float32(-2.5), nine], s, op)  # the README's loop: new scalars
-    assert checked == [2, 3]
+    # The README's loop: new numpy scalars of their parameters' own types, the same spans:
+    # their bytes are written, nothing else is checked again.
+    assert block.pack([y, x, np.float32(-2.5), nine], s, op) == [y, x]
+    assert checked == []
     raw = bytes(block._mv)
     assert struct.unpack_from("<f", raw, block.offsets[14]) == (-2.5,)
     assert struct.unpack_from("<q", raw, block.offsets[15]) == (9,)
@@ -158,6 +160,18 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
     checked.clear()
     block.pack([y, x, np.float32(1.0), nine], s, op)  # after a refusal: all again
     assert checked == [0, 1, 2, 3]
+    checked.clear()
+    block.pack([y, x, 2.0, nine], s, op)  # a float where a numpy scalar was: checked
+    assert checked == [2]
+    checked.clear()
+    with pytest.raises(tf.ValidationError, match=r"args\[2\] of numba kernel 'k' expects f32, "
+                                                 r"got numpy float64"):
+        block.pack([y, x, np.float64(1.0), nine], s, op)  # another numpy type: refused
+    assert checked == [2]
+    checked.clear()
+    with pytest.raises(tf.ValidationError, match=r"numba kernel 'k' takes 4 argument\(s\), "
+                                                 r"got 0"):
+        block.pack([], s, op)  # after the refusal nothing is remembered; still counted
 
 
 def test_specialization_refuses_untyped_python_numbers():
@@ -234,6 +248,23 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     assert k.known_function([x, 3]) is None  # a bare int decides no type here
     assert k.known_function("ab") is None
     assert built == []
+    fresh = nk.NumbaKernel(s, None, "k")
+    assert fresh.known_function([]) is None
+    assert fresh.function_for([], "op") == "fn1"  # an empty list is looked up, never "found"
+
+
+def test_a_numba_kernel_refuses_another_argument_count_before_compiling(monkeypatch):
+    from tenferro import numba_kernels as nk
+
+    monkeypatch.setattr(nk, "compile_for_session", lambda *a: pytest.fail("compiled"))
+    k = nk.NumbaKernel(_CachingSession(), cuda.jit(scale_into), "scale_into")
+    f32 = dtypes.by_name("f32")
+    y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, k.session)
+    for args in ([], [y, y, np.float32(1.0)], [y, y, np.float32(1.0), np.int64(8), 0]):
+        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: numba kernel "
+                                                     rf"'scale_into' takes 4 argument\(s\), "
+                                                     rf"got {len(args)}$"):
+            k.function_for(args, "session.launch")
 
 
 # --- on the GPU --------------------------------------------------------------------------------
