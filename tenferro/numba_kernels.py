@@ -33,6 +33,9 @@ from .spans import DeviceBytes, TensorMut, TensorRef
 __all__ = ["NumbaKernel", "NumbaParamBlock", "numba_kernel", "numba_layout", "written_arrays"]
 
 _SPAN_TYPES = (TensorRef, TensorMut, DeviceBytes)
+# The numpy scalar classes of tenferro's types: each is one numba type (np.float32 is float32).
+_NUMPY_SCALAR_CLASSES = frozenset(t.numpy.type for t in dtypes.SCALAR_TYPES
+                                  if t.numpy is not None)
 _ARRAY, _SCALAR_ARG = 0, 1
 _is = operator.is_
 
@@ -350,8 +353,16 @@ class NumbaKernel:
         key; anything else goes to `function_for` on the checked path.
         """
         prev, fn = self._last  # ((), None) until a Function is found
-        if prev and len(args) == len(prev) and all(map(_is, args, prev)):
-            return fn
+        if prev and len(args) == len(prev):
+            if all(map(_is, args, prev)):
+                return fn
+            # New numpy scalars of the classes they replace: a class is one numba type.
+            for a, p in zip(args, prev, strict=True):
+                if a is not p and (a.__class__ is not p.__class__ or
+                                   a.__class__ not in _NUMPY_SCALAR_CLASSES):
+                    break
+            else:
+                return fn
         fn = self._by_quick_key.get(tuple(map(_quick_key, args)))
         if fn is not None:
             self._last = (tuple(args), fn)

@@ -244,6 +244,11 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     built.clear()
     x = tf.TensorRef(0x20000, (8,), (4,), f32, 0, None, s)  # its writability is pack's to check
     assert k.known_function([x, np.float32(2.0)]) == "fn1"
+    keyed = []
+    real_key = nk._quick_key
+    monkeypatch.setattr(nk, "_quick_key", lambda a: keyed.append(a) or real_key(a))
+    assert k.known_function([x, np.float32(5.0)]) == "fn1"  # a numpy scalar of the same class
+    assert keyed == []  # needs no key: its class is its numba type
     assert k.known_function([x, np.float64(2.0)]) is None  # another type: the checked path
     assert k.known_function([x, 3]) is None  # a bare int decides no type here
     assert k.known_function("ab") is None
