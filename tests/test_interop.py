@@ -458,7 +458,27 @@ def test_the_table_of_kept_spans_stays_bounded(direct_fields):
     from tenferro.interop import imports
 
     s = _ImportingSession()
-    held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(imports._KEPT_MAX + 5)]
-    assert len(imports._kept) <= imports._KEPT_MAX
+    imports._kept.clear()
+    held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(imports._KEPT_MAX)]
+    assert len(imports._kept) == imports._KEPT_MAX  # the last size kept whole
+    held += [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(imports._KEPT_MAX,
+                                                                       imports._KEPT_MAX + 5)]
+    assert len(imports._kept) == 5  # the first past it dropped the table and began again
     assert imports.tensor(s, held[-1].owner) is held[-1]  # the newest entries stay
     assert [h.ptr for h in held[:2]] == [0x1000, 0x1010]
+
+
+def test_a_compact_layout_is_remembered_per_shape_and_comes_back_as_plain_tuples():
+    from tenferro.interop import producers
+
+    class Size(tuple):  # torch.Size: a tuple subclass, hashed and compared as the tuple
+        pass
+
+    shape, strides, nbytes = producers._c_layout(Size((4, 0, 3)), 8)
+    assert (shape, strides, nbytes) == ((4, 0, 3), (24, 24, 8), 0) and type(shape) is tuple
+    again = producers._c_layout((4, 0, 3), 8)
+    assert again[0] is shape and again[1] is strides  # the same entry for the plain tuple
+    assert producers._c_layout((5,), 2) == ((5,), (2,), 10)
+    for d in range(5000):  # a bounded table: filled past its size, it starts again
+        producers._c_layout((d,), 4)
+    assert len(producers._layouts) <= 4097

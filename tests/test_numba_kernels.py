@@ -249,6 +249,9 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     monkeypatch.setattr(nk, "_quick_key", lambda a: keyed.append(a) or real_key(a))
     assert k.known_function([x, np.float32(5.0)]) == "fn1"  # a numpy scalar of the same class
     assert keyed == []  # needs no key: its class is its numba type
+    f64 = dtypes.by_name("f64")
+    wide = tf.TensorRef(0x20000, (8,), (8,), f64, 0, None, s)  # a new span of the same class
+    assert k.known_function([wide, np.float32(2.0)]) is None  # is keyed: another numba type
     assert k.known_function([x, np.float64(2.0)]) is None  # another type: the checked path
     assert k.known_function([x, 3]) is None  # a bare int decides no type here
     assert k.known_function("ab") is None
