@@ -164,6 +164,21 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
     block.pack([y, x, 2.0, nine], s, op)  # a float where a numpy scalar was: checked
     assert checked == [2]
     checked.clear()
+    two = np.float32(2.0)
+    block.pack([y, x, two, nine], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] \(TensorMut\) and args\[1\] "
+                                                 r"\(TensorRef\) overlap"):
+        block.pack([y, over, two, nine], s, op)  # only a span is new: overlaps still checked
+    block.pack([y, x, two, nine], s, op)
+    with pytest.raises(tf.ValidationError, match=r"numba kernel 'k' takes 4 argument\(s\), "
+                                                 r"got 1"):
+        block.pack([y], s, op)  # the first of the last arguments is not all of them
+    block.pack([y, x, two, nine], s, op)
+    block.forget()  # a synchronize: the next pack checks everything again
+    checked.clear()
+    block.pack([y, x, two, nine], s, op)
+    assert checked == [0, 1, 2, 3]
+    checked.clear()
     with pytest.raises(tf.ValidationError, match=r"args\[2\] of numba kernel 'k' expects f32, "
                                                  r"got numpy float64"):
         block.pack([y, x, np.float64(1.0), nine], s, op)  # another numpy type: refused
