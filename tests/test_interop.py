@@ -392,16 +392,29 @@ class _Fields:
 
     def __init__(self, ptr, shape=(4, 3)):
         self.ptr, self.shape, self.type_name, self.strides = ptr, shape, "f32", None
+        self.stream = 7  # the producer's stream: the session's own unless changed
 
 
 class _ImportingSession:
-    """What `import_span` asks of a session on the direct path: its thread, device, stream."""
+    """What `import_span` asks of a session on the direct path: its thread, device, stream;
+    the producer streams it was told to order after before its next kernel; what it holds."""
 
     def __init__(self):
         import threading
 
         self.fast_path_ok, self.thread, self.device, self.stream = \
             True, threading.get_ident(), 0, 7
+        self.ordering = self.liveness = self
+        self.pending, self.deferred, self.held, self.capturing = [], [], [], False
+
+    def refuse_in_capture(self, op, why):
+        assert not self.capturing
+
+    def defer(self, stream):
+        self.deferred.append(stream)
+
+    def hold(self, owners):
+        self.held.append(owners)
 
 
 @pytest.fixture
@@ -411,7 +424,9 @@ def direct_fields(monkeypatch):
     def read(x, device, op):
         t = dtypes.by_name(x.type_name)
         strides = x.strides or c_strides(x.shape, t.itemsize)
-        return x.ptr, x.shape, strides, t, 7, t.itemsize * int(np.prod(x.shape))
+        compact = x.strides is None or strides == c_strides(x.shape, t.itemsize)
+        nbytes = t.itemsize * int(np.prod(x.shape)) if compact else -1
+        return x.ptr, x.shape, strides, t, x.stream, nbytes
 
     monkeypatch.setitem(producers.readers, _Fields, read)
 
@@ -423,8 +438,8 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
 
     s, x = _ImportingSession(), _Fields(0x1000)
     mut = imports.tensor_mut(s, x)
-    assert imports.tensor_mut(s, x) is mut and (mut.ptr, mut.shape, mut.nbytes) == \
-        (0x1000, (4, 3), 48)
+    assert imports.tensor_mut(s, x) is mut and (mut.ptr, mut.shape, mut.nbytes, mut.device) == \
+        (0x1000, (4, 3), 48, 0)
     ref = imports.tensor(s, x)
     assert type(ref) is tf.TensorRef and imports.tensor(s, x) is ref and ref is not mut
     x.ptr = 0x2000  # moved (torch's set_): a new span over the new place
@@ -482,3 +497,52 @@ def test_a_compact_layout_is_remembered_per_shape_and_comes_back_as_plain_tuples
     for d in range(5000):  # a bounded table: filled past its size, it starts again
         producers._c_layout((d,), 4)
     assert len(producers._layouts) <= 4097
+
+
+@pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
+def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the_kernel(
+        direct_fields, op):
+    from tenferro.interop import imports
+
+    s, x = _ImportingSession(), _Fields(0x1000)
+    make = getattr(imports, op)
+    with pytest.raises(tf.ValidationError, match=rf"^session\.{op}: dtype=f64 was asked but x "
+                                                 r"is f32$"):
+        make(s, x, np.float64)
+    assert make(s, x, np.float32).scalar_type is dtypes.by_name("f32")
+    x.strides, x.shape = (4, 8), (4, 1)  # compact: an extent of one
+    assert make(s, x).strides == (4, 8)
+    x.strides, x.shape = (16, 8), (4, 2)  # every other element
+    with pytest.raises(tf.ValidationError, match=rf"^session\.{op}: x has non-compact "
+                                                 r"strides=\(16, 8\)"):
+        make(s, x)
+    assert make(s, x, allow_strided=True).strides == (16, 8)
+    assert s.deferred == []
+    x.stream = 9  # the producer works on another stream: ordered before the next kernel
+    make(s, x, allow_strided=True)
+    assert s.deferred == [9] and s.held == []
+
+
+def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monkeypatch):
+    from tenferro import _driver
+    from tenferro.tensor import memset
+
+    calls = []
+    monkeypatch.setattr(_driver, "memset_d8_async",
+                        lambda ptr, value, nbytes, stream, op: calls.append(
+                            (ptr, value, nbytes, stream, op)))
+    s = _ImportingSession()
+    f32 = dtypes.by_name("f32")
+    dst = tf.TensorMut(0x2000, (6,), (4,), f32, 0, None, s)
+    memset(s, dst)  # the default: zero
+    memset(s, dst, 255)  # the last byte value taken
+    memset(s, dst, np.uint8(1))
+    memset(s, tf.TensorMut(0x3000, (0,), (4,), f32, 0, None, s), 9)  # nothing to set
+    assert calls == [(0x2000, 0, 24, 7, "session.memset"), (0x2000, 255, 24, 7, "session.memset"),
+                     (0x2000, 1, 24, 7, "session.memset")]
+    (held,) = s.held[0]  # the span set, held until the stream passes
+    assert len(s.held) == 4 and (type(held), held.ptr, held.nbytes) == (tf.TensorMut, 0x2000, 24)
+    for bad in (256, -1):  # the first values refused on each side
+        with pytest.raises(tf.ValidationError, match=rf"^session\.memset: value={bad} must be"):
+            memset(s, dst, bad)
+    assert len(calls) == 3
