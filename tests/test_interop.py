@@ -410,6 +410,16 @@ class _ImportingSession:
     def refuse_in_capture(self, op, why):
         assert not self.capturing
 
+    def check_use(self, op):  # a session not on its fast path: closed, faulted, another thread
+        raise tf.RuntimeStateError(f"{op}: the session is closed")
+
+    # What a Tensor of this stand-in needs (tf.Tensor.allocate): its context and allocator.
+    context = property(lambda self: self)
+    is_open = True
+
+    def alloc_async(self, nbytes, stream, op):
+        return 0x8000
+
     def defer(self, stream):
         self.deferred.append(stream)
 
@@ -546,3 +556,58 @@ def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monke
         with pytest.raises(tf.ValidationError, match=rf"^session\.memset: value={bad} must be"):
             memset(s, dst, bad)
     assert len(calls) == 3
+
+
+def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_path(
+        direct_fields, monkeypatch):
+    from tenferro.interop import imports
+    from tenferro.spans import ADDRESS_END
+
+    s = _ImportingSession()
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's data pointer 0x1002 is "
+                                                 r"not aligned to its 4-byte f32 elements"):
+        imports.tensor(s, _Fields(0x1002))
+    last = _Fields(ADDRESS_END - 48)  # its 48 bytes end where the address space does
+    assert imports.tensor(s, last).hi == ADDRESS_END
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's 48 bytes from 0x.* "
+                                                 r"reach outside the address space"):
+        imports.tensor(s, _Fields(ADDRESS_END - 44))
+    empty = _Fields(0x1000, (0, 3))
+    assert imports.tensor(s, empty) is imports.tensor(s, empty)  # kept too, though it has no bytes
+    s.fast_path_ok = False
+    with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor_mut: the session is closed"):
+        imports.tensor_mut(s, _Fields(0x1000))
+    s.fast_path_ok, s.thread = True, -1  # another thread's session
+    with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor: the session is closed"):
+        imports.tensor(s, _Fields(0x1000))
+
+
+def test_a_memory_operation_orders_after_a_producer_now_not_at_the_next_kernel(
+        direct_fields, monkeypatch):
+    from tenferro.interop import imports
+
+    ordered = []
+    monkeypatch.setattr(imports, "_order_after", lambda s, stream, op: ordered.append((stream, op)))
+    s, x = _ImportingSession(), _Fields(0x1000)
+    x.stream = 9
+    imports.import_span(s, x, tf.TensorRef, None, False, "session.copy: src")
+    assert ordered == [(9, "session.copy: src")] and s.deferred == []
+
+
+def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
+    from tenferro.interop import imports
+
+    s, other = _ImportingSession(), _ImportingSession()
+    other.device = 1
+    f32 = dtypes.by_name("f32")
+    t = tf.Tensor.allocate(s, (4, 3), f32, "test")
+    assert imports.tensor(s, t) is t.span(tf.TensorRef) and imports.tensor_mut(s, t) is \
+        t.span(tf.TensorMut)
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: dtype=f64 was asked but x "
+                                                 r"is f32$"):
+        imports.tensor(s, t, np.float64)
+    assert imports.tensor(s, t, np.float32).ptr == 0x8000
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x lives on device 0, this "
+                                                 r"session is on device 1"):
+        imports.tensor(other, t)  # a Tensor of another session, on another device
+    t.ptr = 0  # the stand-in has no driver to free it with
