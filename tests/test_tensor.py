@@ -309,3 +309,85 @@ def test_memset_refuses_a_value_that_is_not_a_byte_before_it_reads_the_destinati
     with pytest.raises(tf.ValidationError, match=r"^session\.memset: value=.* must be a byte "
                                                  r"value, an int from 0 to 255"):
         memset(_Untouched(), _Untouched(), bad)
+
+
+class _Memory:
+    """A session for the memory operations without a GPU: the allocator, the liveness counts
+    and the driver's copies and memsets as records."""
+
+    device, stream, is_open = 0, 7, True
+
+    def __init__(self, monkeypatch, capturing=False):
+        import threading
+
+        from tenferro import _driver
+
+        self.thread = threading.get_ident()
+        self.context = self.liveness = self
+        self.capturing, self.calls, self.held, self.allocated = capturing, [], [], 0
+        self.next_ptr = 0x10000
+        monkeypatch.setattr(_driver, "memset_d8_async",
+                            lambda *a: self.calls.append(("memset", *a)))
+        monkeypatch.setattr(_driver, "memcpy_htod_async",
+                            lambda *a: self.calls.append(("htod", *a)))
+        monkeypatch.setattr(_driver, "mem_free_async", lambda *a: self.calls.append(("free", *a)))
+
+    def check_use(self, op):
+        pass
+
+    def refuse_in_capture(self, op, why):
+        if self.capturing:
+            raise tf.RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
+
+    def alloc_async(self, nbytes, stream, op):
+        self.calls.append(("alloc", nbytes, stream, op))
+        self.next_ptr += 0x1000
+        return self.next_ptr
+
+    def allocated_bytes(self, nbytes):
+        self.allocated += nbytes
+
+    def hold(self, obj):
+        self.held.append(obj)
+
+
+def test_alloc_zeros_and_upload_ask_the_driver_for_their_bytes_on_the_stream(monkeypatch):
+    from tenferro import tensor as tensor_part
+
+    s = _Memory(monkeypatch)
+    z = tensor_part.alloc_zeros(s, (3, 5), np.int16)
+    assert (z.shape, z.dtype, z.nbytes) == ((3, 5), np.int16, 30)
+    assert s.calls == [("alloc", 30, 7, "session.alloc_zeros"),
+                       ("memset", z.ptr, 0, 30, 7, "session.alloc_zeros")]
+    s.calls.clear()
+    host = np.float32(2.5) * np.ones((), np.float32)  # 0-d stays 0-d
+    t = tensor_part.upload(s, np.asarray(host))
+    assert t.shape == () and t.dtype == np.float32 and s.allocated == 34
+    assert s.calls[0] == ("alloc", 4, 7, "session.upload")
+    assert s.calls[1][0] == "htod" and s.calls[1][1] == t.ptr and s.calls[1][3:] == \
+        (4, 7, "session.upload")
+    assert len(s.held) == 1 and s.held[0].shape == ()  # the host copy, until the stream passes
+    capturing = _Memory(monkeypatch, capturing=True)
+    with pytest.raises(tf.RuntimeStateError, match=r"^session\.upload: not allowed during "
+                                                   r"s\.capture\(\): host copies cannot be "
+                                                   r"captured; upload before the capture"):
+        tensor_part.upload(capturing, np.ones(3))
+    assert capturing.calls == []
+    del z, t  # freed on the stream, in order
+
+
+def test_a_tensor_whose_allocation_failed_frees_nothing(monkeypatch):
+    from tenferro import dtypes
+
+    s = _Memory(monkeypatch)
+
+    def refuse(nbytes, stream, op):
+        raise tf.BackendError(f"{op}: CUDA_ERROR_OUT_OF_MEMORY")
+
+    s.alloc_async = refuse
+    with pytest.raises(tf.BackendError, match=r"^test: CUDA_ERROR_OUT_OF_MEMORY"):
+        tf.Tensor.allocate(s, (8,), dtypes.by_name("f32"), "test")
+    import gc
+
+    gc.collect()
+    assert s.calls == []  # the half-made Tensor had no pointer to free
