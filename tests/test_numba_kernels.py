@@ -174,6 +174,10 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
                                                  r"got 1"):
         block.pack([y], s, op)  # the first of the last arguments is not all of them
     block.pack([y, x, two, nine], s, op)
+    with pytest.raises(tf.ValidationError, match=r"args\[1\] of 'k' is an array \(f32, 1-d\); "
+                                                 r"got float32"):
+        block.pack([y, np.float32(1.0), two, nine], s, op)  # a numpy scalar where an array goes
+    block.pack([y, x, two, nine], s, op)
     block.forget()  # a synchronize: the next pack checks everything again
     checked.clear()
     block.pack([y, x, two, nine], s, op)
@@ -271,9 +275,28 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     assert k.known_function([x, 3]) is None  # a bare int decides no type here
     assert k.known_function("ab") is None
     assert built == []
+    assert k.known_function([x]) is None  # the first of the last arguments is not them all
     fresh = nk.NumbaKernel(s, None, "k")
+    assert fresh.session is s and s.caches[-1] is fresh  # forgotten when the session syncs
     assert fresh.known_function([]) is None
     assert fresh.function_for([], "op") == "fn1"  # an empty list is looked up, never "found"
+
+
+def test_a_kernel_compiles_for_its_session_dispatcher_and_name_once_per_key(monkeypatch):
+    from tenferro import numba_kernels as nk
+
+    asked = []
+    monkeypatch.setattr(nk, "compile_for_session", lambda *a: asked.append(a) or
+                        f"fn{len(asked)}")
+    s, dispatcher = _CachingSession(), object()
+    k = nk.NumbaKernel(s, dispatcher, "k")
+    f32 = dtypes.by_name("f32")
+    y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, s)
+    assert k.function_for([y, np.float32(1.0)], "session.launch") == "fn1"
+    assert asked == [(s, dispatcher, (types.Array(types.float32, 1, "C"), types.float32), "k",
+                      "session.launch")]
+    assert k.function_for([y], "session.launch") == "fn2"  # a prefix of the last arguments
+    assert k.function_for([y, np.float32(3.0)], "session.launch") == "fn1" and len(asked) == 2
 
 
 def test_a_numba_kernel_refuses_another_argument_count_before_compiling(monkeypatch):
