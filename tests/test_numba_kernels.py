@@ -193,12 +193,40 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
         block.pack([], s, op)  # after the refusal nothing is remembered; still counted
 
 
+def test_pack_takes_a_pointer_argument_as_its_span_and_checks_fortran_order_and_ndim():
+    s = _FakeSession()
+    f_order = types.Array(types.float64, 2, "F")
+    specs, sig = numba_layout((f_order, types.float64), "k", "test")
+    block = NumbaParamBlock("k", specs, sig, set())
+    f64 = dtypes.by_name("f64")
+    fort = tf.TensorRef(0x10000, (3, 5), (8, 24), f64, 0, None, s)  # column-major
+    op = "session.launch"
+    assert block.pack([tf.KernelArg.pointer(fort), np.float64(1.0)], s, op) == [fort]
+    assert struct.unpack_from("<9q", bytes(block._mv), block.offsets[0])[4:] == \
+        (0x10000, 3, 5, 8, 24)
+    rows = tf.TensorRef(0x10000, (3, 5), (40, 8), f64, 0, None, s)  # row-major
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] of 'k' expects "
+                                                 r"layout 'F', got strides=\(40, 8\)"):
+        block.pack([rows, np.float64(1.0)], s, op)
+    flat = tf.TensorRef(0x10000, (15,), (8,), f64, 0, None, s)  # the right type, one dimension
+    with pytest.raises(tf.ValidationError, match=r"args\[0\] of 'k' expects a 2-d f64 array, "
+                                                 r"got a 1-d f64 span"):
+        block.pack([flat, np.float64(1.0)], s, op)
+    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] of numba kernel "
+                                                 r"'k' expects f64, got numpy float32 scalar"):
+        block.pack([fort, np.float32(1.0)], s, op)
+
+
 def test_specialization_refuses_untyped_python_numbers():
     with pytest.raises(tf.ValidationError, match=r"op: args\[2\] is a bare Python int; a numba "
                                                  r"kernel without a signature"):
         _specialization_type(3, "op", 2)
     assert _specialization_type(tf.f32(1.0), "op", 0) == types.float32
     assert _specialization_type(np.int16(3), "op", 0) == types.int16
+    f64 = dtypes.by_name("f64")
+    fort = tf.TensorRef(0x10000, (3, 5), (8, 24), f64, 0, None, _FakeSession())
+    assert _specialization_type(tf.KernelArg.pointer(fort), "op", 0) == \
+        types.Array(types.float64, 2, "A")  # a pointer argument is its span's array type
 
 
 class _CachingSession:
