@@ -65,6 +65,21 @@ def test_layout_matches_the_ptx_numba_emits():
     assert len(sig.params) == 7 + 9 + 2 + 1 + 1 + 1 + 11
 
 
+def test_layout_names_each_field_as_numba_lays_it_out():
+    specs, sig = numba_layout((F32_C, types.complex64, types.float32), "k", "test")
+    assert (sig.name, sig.origin) == ("k", "numba")
+    table = [(p.kind, p.size, p.align, p.scalar and p.scalar.name, p.name) for p in sig.params]
+    assert table == [("int", 8, 8, "i64", f"0.{f}") for f in (
+        "meminfo", "parent", "nitems", "itemsize", "data", "shape0", "stride0")] + [
+        ("opaque", 4, 4, None, "1.real"), ("opaque", 4, 4, None, "1.imag"),
+        ("opaque", 4, 4, "f32", "2")]
+    from tenferro.numba_kernels import _ARRAY, _SCALAR_ARG
+
+    f32, c64 = dtypes.by_name("f32"), dtypes.by_name("c64")
+    assert specs == [(_ARRAY, f32, 1, "C", 0), (_SCALAR_ARG, c64, 0, "", 7),
+                     (_SCALAR_ARG, f32, 0, "", 9)]  # each argument's first parameter
+
+
 def test_writes_are_read_from_the_typed_ir():
     assert written_arrays(_typed(scale_into, (F32_C, F32_C, types.float32, types.int64)),
                           4) == {0}
