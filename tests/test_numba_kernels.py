@@ -36,6 +36,12 @@ def views_and_atomics(out, x, acc, hist, n):
         acc[1] = t
 
 
+def atomics_only(acc, x, n):
+    i = cuda.grid(1)
+    if i < n and i < len(x):  # len(x) is a call on x: not a store
+        cuda.atomic.add(acc, 0, x[i])
+
+
 def reads_only(x, y, n):
     i = cuda.grid(1)
     if i < n:
@@ -86,6 +92,8 @@ def test_writes_are_read_from_the_typed_ir():
     argtypes = (F32_C, F32_C, types.Array(types.float64, 1, "C"), F32_C, types.int64)
     assert written_arrays(_typed(views_and_atomics, argtypes), 5) == {0, 2}
     assert written_arrays(_typed(reads_only, (F32_C, F32_C, types.int64)), 3) == set()
+    # An array written only through an atomic, beside another only passed to a call.
+    assert written_arrays(_typed(atomics_only, (F32_C, F32_C, types.int64)), 3) == {0}
 
 
 class _FakeSession:
