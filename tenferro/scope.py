@@ -124,13 +124,8 @@ def close_session(s: Any) -> None:
 
 
 def _close_at_exit() -> None:
-    with _lock:
-        sessions = list(_kept.values())
-    for s in sessions:
-        try:
-            close_session(s)
-        except Exception:  # another thread's, or a faulted device: the process ends anyway
-            pass
+    # Every kept session of the exiting thread; another thread's cannot be closed from here.
+    close_kept(lambda key: True)
 
 
 def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,
