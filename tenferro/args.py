@@ -267,7 +267,9 @@ class PackedParams:
         self.address = ctypes.addressof(self._ptrs)
         self.last_args: tuple = ()
         self.last_spans: list = []
-        self.last_slot_spans: list = []  # per argument of last_args: its span, or None
+        # Per argument of last_args: its span, or None. Only this general pack records them;
+        # ParamBlock's straight-line pack leaves them empty, so its refusals recheck everything.
+        self.last_slot_spans: list = []
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
@@ -301,6 +303,7 @@ class PackedParams:
         # An argument that is the very object packed last in its place is checked and
         # written already (prev is empty after a refused pack: everything is checked again).
         kept = self.last_slot_spans if len(self.last_slot_spans) == len(prev) > 0 else None
+        self.last_slot_spans = []
         self.last_args = ()
         spans: list = []
         slot_spans: list = []

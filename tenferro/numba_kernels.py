@@ -168,7 +168,7 @@ class NumbaParamBlock(PackedParams):
     type (``np.float32(x)`` made in the call), their bytes are written and nothing else runs.
     """
 
-    __slots__ = ("name", "numpy_scalars", "scalar_places", "specs", "structs", "writes")
+    __slots__ = ("name", "scalar_places", "specs", "structs", "writes")
     what = "numba kernel"
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
@@ -179,14 +179,14 @@ class NumbaParamBlock(PackedParams):
         self.nparams = len(specs)
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
-        # Per scalar argument, the numpy scalar class whose own bytes are its packing.
-        self.numpy_scalars = tuple(dtypes.numpy_scalar_class(s[1]) if s[0] != _ARRAY else None
-                                   for s in specs)
-        # Per argument: (that class, the bytes' slice) for a scalar, None for an array.
-        self.scalar_places = tuple(
-            None if c is None else (c, slice(self.offsets[sp[4]],
-                                             self.offsets[sp[4]] + sp[1].itemsize))
-            for c, sp in zip(self.numpy_scalars, specs, strict=True))
+        # Per argument: (the numpy scalar class whose own bytes are its packing, the bytes'
+        # slice) for a scalar, None for an array or a type numpy has no scalar class for.
+        places = []
+        for kind, t, _, _, first in specs:
+            c = None if kind == _ARRAY else dtypes.numpy_scalar_class(t)
+            off = self.offsets[first]
+            places.append(None if c is None else (c, slice(off, off + t.itemsize)))
+        self.scalar_places = tuple(places)
 
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
         """`PackedParams.pack`; new numpy scalars of their own types alone are just written."""
@@ -215,7 +215,8 @@ class NumbaParamBlock(PackedParams):
         if type(a) is KernelArg and a.span is not None:
             a = a.span
         if kind != _ARRAY:
-            if a.__class__ is self.numpy_scalars[i]:  # np.float32(x) for a float32: its bytes
+            place = self.scalar_places[i]
+            if place is not None and a.__class__ is place[0]:  # np.float32(x) for a float32
                 data = a.tobytes()
             else:
                 data = _scalar_bytes(a, t, op, i, self.name)
@@ -370,23 +371,21 @@ class NumbaKernel:
 
     def function_for(self, args: list | tuple, op: str) -> Any:
         """The compiled Function for these arguments' types (compiled once per type key)."""
-        prev, fn = self._last  # ((), None) until a Function is found
-        if prev and len(args) == len(prev) and all(map(_is, args, prev)):
+        fn = self.known_function(args)
+        if fn is not None:
             return fn
-        quick = tuple(map(_quick_key, args))
-        fn = self._by_quick_key.get(quick)
+        code = getattr(getattr(self.dispatcher, "py_func", None), "__code__", None)
+        if code is not None and len(args) != code.co_argcount:
+            raise ValidationError(f"{op}: numba kernel {self.name!r} takes "
+                                  f"{code.co_argcount} argument(s), got {len(args)}")
+        key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
+        fn = self.specializations.get(key)
         if fn is None:
-            code = getattr(getattr(self.dispatcher, "py_func", None), "__code__", None)
-            if code is not None and len(args) != code.co_argcount:
-                raise ValidationError(f"{op}: numba kernel {self.name!r} takes "
-                                      f"{code.co_argcount} argument(s), got {len(args)}")
-            key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
-            fn = self.specializations.get(key)
-            if fn is None:
-                fn = self.specializations[key] = compile_for_session(
-                    self.session, self.dispatcher, key, self.name, op)
-            if None not in quick:  # each part decides its numba type: the same Function
-                self._by_quick_key[quick] = fn
+            fn = self.specializations[key] = compile_for_session(
+                self.session, self.dispatcher, key, self.name, op)
+        quick = tuple(map(_quick_key, args))
+        if None not in quick:  # each part decides its numba type: the same Function
+            self._by_quick_key[quick] = fn
         self._last = (tuple(args), fn)
         return fn
 
