@@ -9,6 +9,12 @@ benchmark's timer (median of batches; see benchmarks/launch.py). The anchors are
 the floor the fresh-argument rows are measured against, not a path users write. ``--profile``
 adds rows for the parts of the torch-tensor row: torch's own field reads, each span, the two
 scalars, the event record and wait that orders the session after torch's stream.
+
+After the timing, the same process puts the fast paths (spans of torch tensors given again,
+the launch's identity shortcut warm) to the cases they must still refuse or order: a torch
+tensor of the wrong dtype, a producer stream still asleep before it writes the input, a
+read-only producer given to ``tensor_mut``, a read-only span where the kernel writes, and an
+overlap. Each refused launch must leave the output as it was; the run fails if one does not.
 """
 
 from __future__ import annotations
@@ -134,14 +140,80 @@ def main() -> int:
             torch.cuda.synchronize()
 
         out = run_interleaved(methods, sync, rounds=40)
+        checks = fast_path_checks(torch, s, fn, cfg, y, x)
     base = out["cuda.core launch, data_ptr() ints"][0]
     print(f"{'method':<56} {'median us':>10} {'x cuda.core':>12}")
     for name, (med, _) in out.items():
         print(f"{name:<56} {med:>10.2f} {med / base:>12.2f}")
+    print("\nOn the same fast paths, in the same process:")
+    for case, outcome, ok in checks:
+        print(f"  {'ok ' if ok else 'BAD'} {case}: {outcome}")
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({k: v[0] for k, v in out.items()}, f, indent=1)
-    return 0
+            json.dump({"us": {k: v[0] for k, v in out.items()},
+                       "checks": [[c, o, ok] for c, o, ok in checks]}, f, indent=1)
+    return 0 if all(ok for _, _, ok in checks) else 1
+
+
+def fast_path_checks(torch, s, fn, cfg, y, x) -> list[tuple[str, str, bool]]:
+    """(case, what happened, as it must) for the refusals and orderings the fast paths keep.
+
+    ``y`` and ``x`` are the torch tensors the timed rows used: their spans are kept and the
+    launch remembers them, so each case runs where the shortcuts would skip a check.
+    """
+    rows = []
+
+    def refused(case: str, make_args) -> None:
+        s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])  # warm
+        s.synchronize()
+        before = y.clone()
+        torch.cuda.synchronize()
+        try:
+            s.launch(fn, cfg, make_args())
+        except tf.ValidationError as exc:
+            s.synchronize()
+            kept = bool(torch.equal(y, before))
+            rows.append((case, f"refused: {exc}" + ("" if kept else "; y CHANGED"), kept))
+        else:
+            s.synchronize()
+            rows.append((case, "launched", False))
+
+    x64 = x.double()
+    refused("a float64 torch tensor where the kernel reads float",
+            lambda: [s.tensor_mut(y), s.tensor(x64), tf.f32(2.0), tf.u32(N)])
+    refused("y given twice, once written (an overlap)",
+            lambda: [s.tensor_mut(y), s.tensor(y), tf.f32(2.0), tf.u32(N)])
+    refused("a read-only span where the kernel writes",
+            lambda: [s.tensor(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
+
+    class ReadOnly:  # a producer that says its memory must not be written
+        def __init__(self, t):
+            self.__cuda_array_interface__ = dict(t.__cuda_array_interface__,
+                                                 data=(t.data_ptr(), True))
+
+    try:
+        s.tensor_mut(ReadOnly(y))
+    except tf.ValidationError as exc:
+        rows.append(("a read-only producer given to tensor_mut", f"refused: {exc}", True))
+    else:
+        rows.append(("a read-only producer given to tensor_mut", "accepted", False))
+
+    # Another stream: torch's current stream sleeps, then writes x; the launch on the
+    # session's own stream must wait for it (an event, no host synchronize).
+    side = torch.cuda.Stream()
+    s.synchronize()
+    torch.cuda.synchronize()
+    y0 = y.double()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of the device's clock
+        x.fill_(1.5)
+        s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
+    s.synchronize()
+    err = float((y.double() - (y0 + 3.0)).abs().max())
+    rows.append(("x written on another torch stream after a spin, read by our launch",
+                 f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e}", err < 1e-5))
+    return rows
 
 
 if __name__ == "__main__":

@@ -480,15 +480,15 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
 
 
 def test_the_table_of_kept_spans_stays_bounded(direct_fields):
-    from tenferro.interop import imports
+    from tenferro.interop import imports, producers
 
     s = _ImportingSession()
-    imports._kept.clear()
-    held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(imports._KEPT_MAX)]
-    assert len(imports._kept) == imports._KEPT_MAX  # the last size kept whole
-    held += [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(imports._KEPT_MAX,
-                                                                       imports._KEPT_MAX + 5)]
-    assert len(imports._kept) == 5  # the first past it dropped the table and began again
+    producers.kept.clear()
+    held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX)]
+    assert len(producers.kept) == producers.KEPT_MAX  # the last size kept whole
+    held += [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX,
+                                                                       producers.KEPT_MAX + 5)]
+    assert len(producers.kept) == 5  # the first past it dropped the table and began again
     assert imports.tensor(s, held[-1].owner) is held[-1]  # the newest entries stay
     assert [h.ptr for h in held[:2]] == [0x1000, 0x1010]
 
@@ -611,3 +611,130 @@ def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
                                                  r"session is on device 1"):
         imports.tensor(other, t)  # a Tensor of another session, on another device
     t.ptr = 0  # the stand-in has no driver to free it with
+
+
+class _TorchTensor:
+    """What the torch readers read of a tensor: its fields, as torch's own methods give them."""
+
+    def __init__(self, ptr, shape=(4, 3), dtype="float32", device=0):
+        self.ptr, self.shape, self.dtype, self.device = ptr, shape, dtype, device
+        self.requires_grad, self.is_cuda, self.neg, self.strides = False, True, False, None
+        self.fail = None  # a field that raises, as a sparse tensor's data_ptr() does
+
+    def is_neg(self):
+        return self.neg
+
+    def is_contiguous(self):
+        return self.strides is None
+
+    def get_device(self):
+        return self.device
+
+    def data_ptr(self):
+        if self.fail:
+            raise RuntimeError(self.fail)
+        return self.ptr
+
+    def stride(self):
+        return self.strides
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    """sys.modules["torch"] a stand-in whose Tensor class is `_TorchTensor` and whose current
+    stream is ``fake_torch.stream``; the readers' decisions per class start empty."""
+    import types
+
+    from tenferro.interop import producers
+
+    torch = types.SimpleNamespace(**{n: n for n in ("float32", "float64", "int32", "bool")})
+    torch.Tensor = _TorchTensor
+    torch.nn = types.SimpleNamespace(Parameter=type("Parameter", (_TorchTensor,), {}))
+    torch.stream = 7
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: torch.stream)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    saved = [(table, dict(table)) for table in (producers.readers, producers.fast_spans)]
+    for table, _ in saved:
+        table.clear()
+    yield torch
+    for table, contents in saved:
+        table.clear()
+        table.update(contents)
+
+
+@pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
+def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torch, op):
+    from tenferro.interop import imports, producers
+
+    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    make = getattr(imports, op)
+    span = make(s, x)
+    cls = tf.TensorRef if op == "tensor" else tf.TensorMut
+    assert type(span) is cls and (span.ptr, span.shape, span.strides, span.nbytes, span.owner) \
+        == (0x1000, (4, 3), (12, 4), 48, x)
+    assert make(s, x) is span and s.deferred == []  # torch's stream is the session's
+    assert producers.fast_spans[_TorchTensor] is not None  # decided once for the class
+    fake_torch.stream = 0  # torch's default stream: the legacy handle, ordered before the kernel
+    assert make(s, x) is span and s.deferred == [1]
+    fake_torch.stream = 7
+    for change, value in (("ptr", 0x2000), ("shape", (4, 2)), ("dtype", "int32")):
+        setattr(x, change, value)  # torch's set_, resize_, .data = another type
+        again = make(s, x)
+        assert again is not span and (again.ptr, again.shape, again.scalar_type.name) == \
+            (x.ptr, x.shape, "i32" if x.dtype == "int32" else "f32")
+        span = again
+    other = _ImportingSession()
+    assert make(other, x).session is other and make(s, x).session is s
+
+
+@pytest.mark.parametrize(("change", "value", "msg"), [
+    ("device", 1, r"x lives on device 1, this session is on device 0"),
+    ("neg", True, r"x is a negated view"),
+    ("ptr", 0x1002, r"x.s data pointer 0x1002 is not aligned to its 4-byte f32"),
+    ("ptr", (1 << 64) - 44, r"x.s 48 bytes from 0x[0-9a-f]+ reach outside the address space"),
+    ("strides", (1, 4), r"x has non-compact strides=\(4, 16\)"),
+])
+def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
+        fake_torch, change, value, msg):
+    from tenferro.interop import imports, producers
+
+    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    setattr(x, change, value)
+    assert producers.fast_span(_TorchTensor)(s, x, tf.TensorRef, "session.tensor") is None
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: " + msg):
+        imports.tensor(s, x)
+    assert s.deferred == [] and s.held == []
+
+
+def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch):
+    from tenferro.interop import producers
+
+    s = _ImportingSession()
+    make = producers.fast_span(_TorchTensor)
+    last = _TorchTensor((1 << 64) - 48)  # its last byte is the address space's last
+    assert make(s, last, tf.TensorRef, "op").hi == 1 << 64
+    assert make(s, _TorchTensor((1 << 64) - 44), tf.TensorRef, "op") is None
+    assert make(s, _TorchTensor(0x1004), tf.TensorRef, "op").ptr == 0x1004  # aligned to 4
+    assert make(s, _TorchTensor(0x1002), tf.TensorRef, "op") is None
+    for field, value in (("requires_grad", True), ("is_cuda", False), ("dtype", "complex64"),
+                         ("fail", "sparse tensors have no data_ptr")):
+        x = _TorchTensor(0x1000)
+        setattr(x, field, value)
+        assert make(s, x, tf.TensorRef, "op") is None  # the general path says why
+    assert s.deferred == []
+
+
+def test_a_torch_tensor_off_the_fast_path_goes_through_the_checks(fake_torch):
+    from tenferro.interop import imports
+
+    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor_mut: dtype=f64 was asked "
+                                                 r"but x is f32$"):
+        imports.tensor_mut(s, x, np.float64)
+    s.fast_path_ok = False  # closed, faulted or capturing: the session says which
+    with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor: the session is closed"):
+        imports.tensor(s, x)
+    s.fast_path_ok = True
+    s.thread = -1  # another thread's session
+    with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor_mut: the session is "):
+        imports.tensor_mut(s, x)

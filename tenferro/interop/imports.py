@@ -10,7 +10,6 @@ elements, the address space, no zero stride for writing, alignment.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 from .. import dtypes
@@ -19,7 +18,7 @@ from ..spans import ADDRESS_END as _ADDRESS_END
 from ..spans import DeviceBytes, Span, TensorMut, TensorRef
 from ..tensor import Tensor
 from .foreign import check_memory, read_foreign
-from .producers import direct_reader, readers
+from .producers import direct_reader, fast_span, fast_spans, kept_compact, readers
 from .streams import order_after
 
 __all__ = ["from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
@@ -53,7 +52,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
             _producer_stream(s, stream, defer, op)
         if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
                 not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
-            return _kept_compact(s, cls, ptr, shape, strides, t, nbytes, x)
+            return kept_compact(s, cls, ptr, shape, strides, t, nbytes, x)
         owner, readonly, marked = x, False, False
     elif isinstance(x, Tensor):
         if x.session is not s:
@@ -112,33 +111,6 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     return span
 
 
-# The compact span last made of a directly read array, per (array, span class), kept weakly:
-# the same torch tensor given again with the same fields gets the same span object, so a
-# launch given the very objects of its previous call packs nothing again.
-_kept: dict[tuple[int, type], weakref.ref] = {}
-_KEPT_MAX = 1024
-
-
-def _kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...],
-                  strides: tuple[int, ...], t: dtypes.ScalarType, nbytes: int, x: Any) -> Any:
-    """The span of ``x`` last made for ``s`` if its fields are the ones just read, or a new one.
-
-    While the span lives it holds ``x``, so no other array can have its ``id``.
-    """
-    key = (id(x), cls)
-    ref = _kept.get(key)
-    if ref is not None:
-        span = ref()
-        if span is not None and span.owner is x and span.session is s and span.ptr == ptr \
-                and span.shape == shape and span.strides == strides and span.scalar_type is t:
-            return span
-    span = cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
-    if len(_kept) >= _KEPT_MAX:  # entries of dead spans: dropped together, now and then
-        _kept.clear()
-    _kept[key] = weakref.ref(span)
-    return span
-
-
 def _order_after(s: Any, stream: int, op: str) -> None:
     """Order the session's stream after ``stream``'s work so far, without blocking the host."""
     try:
@@ -175,13 +147,33 @@ def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
         _order_after(s, other.stream, op)
 
 
+# tensor and tensor_mut are what a launch's argument list calls, once a tensor each: on the
+# session's fast path the session's own Tensor and a compact torch tensor take one call.
 def tensor(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:
     """A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."""
+    if dtype is None and s.fast_path_ok and _get_ident() == s.thread:
+        kind = x.__class__
+        if kind is Tensor and x.session is s:
+            return x.span(TensorRef)
+        make = fast_spans.get(kind, _UNSEEN)
+        if make is _UNSEEN:
+            make = fast_span(kind)
+        if make is not None and (span := make(s, x, TensorRef, "session.tensor")) is not None:
+            return span
     return import_span(s, x, TensorRef, dtype, allow_strided, "session.tensor", defer=True)
 
 
 def tensor_mut(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
     """An exclusive, writable span; refuses producers that marked their array read-only."""
+    if dtype is None and s.fast_path_ok and _get_ident() == s.thread:
+        kind = x.__class__
+        if kind is Tensor and x.session is s:
+            return x.span(TensorMut)
+        make = fast_spans.get(kind, _UNSEEN)
+        if make is _UNSEEN:
+            make = fast_span(kind)
+        if make is not None and (span := make(s, x, TensorMut, "session.tensor_mut")) is not None:
+            return span
     return import_span(s, x, TensorMut, dtype, allow_strided, "session.tensor_mut",
                        defer=True)
 

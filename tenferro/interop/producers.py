@@ -13,20 +13,27 @@ recognised only once the user has imported its library.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from .. import dtypes
 from ..errors import ValidationError, negated_view, wrong_device
+from ..spans import ADDRESS_END
 from .streams import LEGACY
 
-__all__ = ["direct_reader", "torch_current_stream"]
+__all__ = ["direct_reader", "fast_span", "kept_compact", "torch_current_stream"]
 
 # (ptr, shape, byte strides, scalar type, producer stream, nbytes when C-contiguous or -1).
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
 Reader = Callable[[Any, int, str], "Direct | None"]
 
 readers: dict[type, Reader | None] = {}
+
+# (session, array, span class, op) -> the array's compact span, or None where `import_span`
+# decides (anything but a compact array of the session's device that needs no refusal).
+FastSpan = Callable[[Any, Any, type, str], Any]
+fast_spans: dict[type, FastSpan | None] = {}
 
 
 def direct_reader(cls: type) -> Reader | None:
@@ -47,6 +54,22 @@ def direct_reader(cls: type) -> Reader | None:
     return reader
 
 
+def fast_span(cls: type) -> FastSpan | None:
+    """The one-call span maker for arrays of exactly ``cls``, or None (decided once per class).
+
+    torch tensors only: what ``s.tensor(x)`` of a torch tensor runs when the session is on its
+    fast path. `fast_spans` holds every decision made.
+    """
+    if cls in fast_spans:
+        return fast_spans[cls]
+    make = None
+    torch = sys.modules.get("torch")
+    if torch is not None and cls in (torch.Tensor, torch.nn.Parameter):
+        make = _torch_fast_span(torch)
+    fast_spans[cls] = make
+    return make
+
+
 def torch_current_stream(torch: Any) -> Callable[[int], int]:
     """``f(device) -> handle`` of torch's current stream there (0: torch's default stream)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 us, private
@@ -59,13 +82,58 @@ def torch_current_stream(torch: Any) -> Callable[[int], int]:
     return current_stream
 
 
-def _torch_reader(torch: Any) -> Reader:
-    """The reader of torch tensors, its dtype table and stream query bound once."""
-    by_dtype = {getattr(torch, name): dtypes.by_name(ours) for name, ours in (
+def _torch_dtypes(torch: Any) -> dict[Any, dtypes.ScalarType]:
+    """The table of torch dtypes to ours (none for complex: a conjugate bit no span carries)."""
+    return {getattr(torch, name): dtypes.by_name(ours) for name, ours in (
         ("bool", "bool"), ("int8", "i8"), ("int16", "i16"), ("int32", "i32"),
         ("int64", "i64"), ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"),
         ("uint64", "u64"), ("float16", "f16"), ("bfloat16", "bf16"), ("float32", "f32"),
         ("float64", "f64")) if hasattr(torch, name)}
+
+
+def _torch_fast_span(torch: Any) -> FastSpan:
+    """`read_torch` and `kept_compact` in one call, for the compact tensor a launch is given.
+
+    Each field is read once; a tensor the reader would refuse or hand on (grad, host,
+    another device, neg bit, strided, misaligned) gives None, and `import_span` reads it
+    again and says why. The producer's stream is deferred to the session's next kernel.
+    """
+    by_dtype = _torch_dtypes(torch)
+    current_stream = torch_current_stream(torch)
+    layouts, kept_get = _layouts, kept.get
+
+    def torch_span(s: Any, x: Any, cls: type, op: str) -> Any:
+        try:
+            t = by_dtype.get(x.dtype)
+            if t is None or x.requires_grad or not x.is_cuda or x.is_neg() or \
+                    not x.is_contiguous():
+                return None
+            dev = x.get_device()
+            ptr = x.data_ptr()
+            shape = x.shape
+        except Exception:
+            return None
+        if dev != s.device or ptr % t.itemsize:
+            return None
+        ref = kept_get((id(x), cls))
+        span = None if ref is None else ref()
+        if span is None or span.owner is not x or span.ptr != ptr or span.session is not s \
+                or span.scalar_type is not t or span.shape != shape:
+            layout = layouts.get((shape, t.itemsize)) or _c_layout(shape, t.itemsize)
+            if ptr + layout[2] > ADDRESS_END:
+                return None
+            span = kept_compact(s, cls, ptr, layout[0], layout[1], t, layout[2], x)
+        stream = current_stream(dev) or LEGACY
+        if stream != s.stream:
+            s.ordering.defer(stream)
+        return span
+
+    return torch_span
+
+
+def _torch_reader(torch: Any) -> Reader:
+    """The reader of torch tensors, its dtype table and stream query bound once."""
+    by_dtype = _torch_dtypes(torch)
     current_stream = torch_current_stream(torch)
 
     def read_torch(x: Any, device: int, op: str) -> Direct | None:
@@ -142,3 +210,30 @@ def _c_layout(shape: tuple[int, ...], itemsize: int) -> Layout:
             n *= d
         layout = _layouts[key] = (shape, c_strides(shape, itemsize), n * itemsize)
     return layout
+
+
+# The compact span last made of a directly read array, per (array, span class), kept weakly:
+# the same torch tensor given again with the same fields gets the same span object, so a
+# launch given the very objects of its previous call packs nothing again.
+kept: dict[tuple[int, type], weakref.ref] = {}
+KEPT_MAX = 1024
+
+
+def kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                 t: dtypes.ScalarType, nbytes: int, x: Any) -> Any:
+    """The span of ``x`` last made for ``s`` if its fields are the ones just read, or a new one.
+
+    While the span lives it holds ``x``, so no other array can have its ``id``.
+    """
+    key = (id(x), cls)
+    ref = kept.get(key)
+    if ref is not None:
+        span = ref()
+        if span is not None and span.owner is x and span.session is s and span.ptr == ptr \
+                and span.shape == shape and span.strides == strides and span.scalar_type is t:
+            return span
+    span = cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
+    if len(kept) >= KEPT_MAX:  # entries of dead spans: dropped together, now and then
+        kept.clear()
+    kept[key] = weakref.ref(span)
+    return span
