@@ -47,6 +47,22 @@ def check_session(s: Any, op: str) -> None:
 _functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+class _Table(dict):
+    """One session's Functions; the last session's table is found without the weak lookup.
+
+    The session makes it forget at every synchronize (its close included), so the shortcut
+    never keeps a closed session alive.
+    """
+
+    def forget(self) -> None:
+        global _last
+        if _last[1] is self:
+            _last = (None, None)
+
+
+_last: tuple[Any, _Table | None] = (None, None)  # (session, its table)
+
+
 def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
              arch_suffix: str = "") -> Any:
     """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
@@ -55,14 +71,19 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
     of the cache key, so a file is compiled once for each set asked. ``arch_suffix="a"``
     compiles for the device's architecture-specific target (sm_90a for wgmma).
     """
-    table = _functions.get(s)
+    global _last
     key = (file, expressions, arch_suffix, name)
-    if table is not None:
-        fn = table.get(key)
-        if fn is not None and s.is_open:
-            return fn
-    else:
-        table = _functions[s] = {}
+    last, table = _last
+    if last is not s:
+        table = _functions.get(s)
+        if table is None:
+            table = _functions[s] = _Table()
+            s.liveness.add_cache(table)
+        if s.is_open:
+            _last = (s, table)
+    fn = table.get(key)
+    if fn is not None and s.is_open:
+        return fn
 
     def build(session: Any) -> Module:
         major, minor = session.context.compute_capability
@@ -90,11 +111,23 @@ def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
     No more blocks than the items need; with ``capped``, at most ``BLOCKS_PER_SM`` a
     multiprocessor. A relaunch gets the same config object (LaunchConfig keeps plain ones).
     """
+    if not capped:
+        config = _uncapped.get((n, block, per_thread))
+        if config is not None:
+            return config
     threads = (n + per_thread - 1) // per_thread
     blocks = (threads + block - 1) // block
     if capped:
         blocks = min(blocks, s.context.attribute("MULTIPROCESSOR_COUNT") * BLOCKS_PER_SM)
-    return LaunchConfig(max(1, min(blocks, _MAX_GRID)), block)
+    config = LaunchConfig(max(1, min(blocks, _MAX_GRID)), block)
+    if not capped:
+        if len(_uncapped) > 4096:
+            _uncapped.clear()
+        _uncapped[(n, block, per_thread)] = config
+    return config
+
+
+_uncapped: dict[tuple[int, int, int], LaunchConfig] = {}  # the configs of sizes seen, uncapped
 
 
 def type_of(span: Any) -> dtypes.ScalarType:
@@ -105,10 +138,12 @@ def type_of(span: Any) -> dtypes.ScalarType:
 def spans_1d(op: str, out: Any, *inputs: Any, same_dtype: bool = True) -> None:
     """Refuse outputs and inputs whose element counts differ (and dtypes, if asked)."""
     for i, x in enumerate(inputs):
+        if x.scalar_type is out.scalar_type and x.nbytes == out.nbytes:
+            continue  # one type and as many bytes: as many elements
         if x.size != out.size:
             raise ValidationError(f"{op}: inputs[{i}] has {x.size} elements, out has "
                                   f"{out.size}")
-        if same_dtype and x.scalar_type is not out.scalar_type:
+        if same_dtype:
             raise ValidationError(f"{op}: inputs[{i}] is {x.scalar_type.name}, out is "
                                   f"{out.scalar_type.name}")
 

@@ -62,7 +62,10 @@ class Liveness:
         self.retained.append(obj)
 
     def add_cache(self, cache: Any) -> None:
-        """A parameter block whose remembered arguments `release_all` makes it forget."""
+        """Register an object whose ``forget()`` `release_all` and `close` call.
+
+        Parameter blocks (their remembered arguments), a table of Functions looked up.
+        """
         self.caches.append(cache)
 
     def fence(self) -> None:

@@ -148,3 +148,63 @@ def test_ready_kernels_refuse_a_first_argument_that_is_not_a_session(call):
                                                  r"first argument of every ready kernel\), got "
                                                  r"(NoneType|str)"):
         call(k)
+
+
+def test_a_grid_stride_config_is_found_again_for_a_size_seen():
+    first = _build.grid_stride(None, 4097, per_thread=4, capped=False)  # no device asked
+    assert (first.grid, first.block) == ((5, 1, 1), (256, 1, 1))  # 1025 threads: 5 blocks
+    assert _build.grid_stride(None, 4097, per_thread=4, capped=False) is first
+    assert _build.grid_stride(None, 4096, per_thread=4, capped=False).grid == (4, 1, 1)
+    assert _build.grid_stride(None, 4097, per_thread=1, capped=False).grid == (17, 1, 1)
+    assert _build.grid_stride(None, 0, capped=False).grid == (1, 1, 1)
+    for n in range(5000):  # a bounded table
+        _build.grid_stride(None, n, capped=False)
+    assert len(_build._uncapped) <= 4097
+
+
+def test_spans_1d_compares_element_counts_and_types():
+    from tenferro import dtypes
+
+    def span(n, t):
+        return tf.TensorRef(0x1000, (n,), (dtypes.by_name(t).itemsize,), dtypes.by_name(t), 0,
+                            None, None)
+
+    _build.spans_1d("op", span(8, "f32"), span(8, "f32"))
+    _build.spans_1d("op", span(8, "f32"), span(8, "f64"), same_dtype=False)  # a cast
+    with pytest.raises(tf.ValidationError, match=r"^op: inputs\[1\] has 7 elements, out has 8$"):
+        _build.spans_1d("op", span(8, "f32"), span(8, "f32"), span(7, "f32"))
+    with pytest.raises(tf.ValidationError, match=r"^op: inputs\[0\] has 4 elements, out has 8$"):
+        _build.spans_1d("op", span(8, "f32"), span(4, "f64"))  # as many bytes, fewer elements
+    with pytest.raises(tf.ValidationError, match=r"^op: inputs\[0\] is i32, out is f32$"):
+        _build.spans_1d("op", span(8, "f32"), span(8, "i32"))
+
+
+def test_the_last_sessions_table_is_forgotten_at_its_synchronize():
+    class Liveness:
+        def __init__(self):
+            self.caches = []
+
+        def add_cache(self, c):
+            self.caches.append(c)
+
+    class Stand:  # what function() asks of a session holding a looked-up Function
+        is_open = True
+
+        def __init__(self):
+            self.liveness = Liveness()
+
+    s, other = Stand(), Stand()
+    key = ("f.cu", (), "", "k")
+    _build._functions[s] = table = _build._Table({key: "fn"})
+    s.liveness.add_cache(table)
+    assert _build.function(s, "f.cu", "k") == "fn" and _build._last == (s, table)
+    _build._functions[other] = _build._Table({key: "theirs"})
+    assert _build.function(other, "f.cu", "k") == "theirs"  # another session: its own table
+    assert _build.function(s, "f.cu", "k") == "fn"
+    for c in s.liveness.caches:  # what the session's synchronize and close do
+        c.forget()
+    assert _build._last == (None, None)
+    s.is_open = False  # a closed session is not remembered
+    with pytest.raises(AttributeError):  # and asks for its resources again (here: none)
+        _build.function(s, "f.cu", "k")
+    assert _build._last == (None, None)
