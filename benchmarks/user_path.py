@@ -13,8 +13,8 @@ scalars, the event record and wait that orders the session after torch's stream.
 After the timing, the same process puts the fast paths (spans of torch tensors given again,
 the launch's identity shortcut warm) to the cases they must still refuse or order: a torch
 tensor of the wrong dtype, a producer stream still asleep before it writes the input, a
-read-only producer given to ``tensor_mut``, a read-only span where the kernel writes, and an
-overlap. Each refused launch must leave the output as it was; the run fails if one does not.
+read-only producer given to ``tensor_mut``, a read-only span where the numba kernel writes,
+and an overlap. Each refused launch must leave the output as it was; the run fails if one does not.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def main() -> int:
             torch.cuda.synchronize()
 
         out = run_interleaved(methods, sync, rounds=40)
-        checks = fast_path_checks(torch, s, fn, cfg, y, x)
+        checks = fast_path_checks(torch, s, fn, nk, cfg, y, x)
     base = out["cuda.core launch, data_ptr() ints"][0]
     print(f"{'method':<56} {'median us':>10} {'x cuda.core':>12}")
     for name, (med, _) in out.items():
@@ -155,7 +155,7 @@ def main() -> int:
     return 0 if all(ok for _, _, ok in checks) else 1
 
 
-def fast_path_checks(torch, s, fn, cfg, y, x) -> list[tuple[str, str, bool]]:
+def fast_path_checks(torch, s, fn, nk, cfg, y, x) -> list[tuple[str, str, bool]]:
     """(case, what happened, as it must) for the refusals and orderings the fast paths keep.
 
     ``y`` and ``x`` are the torch tensors the timed rows used: their spans are kept and the
@@ -163,13 +163,16 @@ def fast_path_checks(torch, s, fn, cfg, y, x) -> list[tuple[str, str, bool]]:
     """
     rows = []
 
-    def refused(case: str, make_args) -> None:
-        s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])  # warm
+    def refused(case: str, make_args, kernel=fn) -> None:
+        warm = [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)]
+        if kernel is nk:
+            warm[2:] = [np.float32(2.0), np.int64(N)]
+        s.launch(kernel, cfg, warm)  # the fast paths remember these
         s.synchronize()
         before = y.clone()
         torch.cuda.synchronize()
         try:
-            s.launch(fn, cfg, make_args())
+            s.launch(kernel, cfg, make_args())
         except tf.ValidationError as exc:
             s.synchronize()
             kept = bool(torch.equal(y, before))
@@ -183,8 +186,8 @@ def fast_path_checks(torch, s, fn, cfg, y, x) -> list[tuple[str, str, bool]]:
             lambda: [s.tensor_mut(y), s.tensor(x64), tf.f32(2.0), tf.u32(N)])
     refused("y given twice, once written (an overlap)",
             lambda: [s.tensor_mut(y), s.tensor(y), tf.f32(2.0), tf.u32(N)])
-    refused("a read-only span where the kernel writes",
-            lambda: [s.tensor(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
+    refused("a read-only span where the numba kernel writes",  # C's float* may only read
+            lambda: [s.tensor(y), s.tensor(x), np.float32(2.0), np.int64(N)], nk)
 
     class ReadOnly:  # a producer that says its memory must not be written
         def __init__(self, t):

@@ -109,12 +109,16 @@ class Module:
         return fn
 
     def _load_function(self, name: str, op: str) -> Function:
+        # The entry is found among the module's names before the driver is asked for it, so a
+        # name that is not there costs no failing driver call (a sanitizer reports each one).
         entry = self.lowered_names.get(name, name)
-        handle = _driver.module_get_function(self.handle, entry)
-        if handle is None:
-            found = find_entry(name, self._names(), self.lowered_names, op)
-            if found is not None:
-                entry, handle = found, _driver.module_get_function(self.handle, found)
+        handle = None
+        if entry not in self.signatures:
+            names = self._names()
+            if entry not in names:
+                entry = find_entry(name, names, self.lowered_names, op)
+        if entry is not None:
+            handle = _driver.module_get_function(self.handle, entry)
         if handle is None:
             raise ValidationError(f"{op}: no kernel named {name!r} in this module; it has "
                                   f"{[display_name(e) for e in self._names()]}")

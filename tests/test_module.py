@@ -314,6 +314,28 @@ def test_a_module_finds_each_function_once(monkeypatch):
     assert m.function("scale") is fn and looked_up == [(0xBEEF, "scale")]
 
 
+def test_a_name_the_module_lacks_asks_the_driver_for_no_function(monkeypatch):
+    # A failing cuModuleGetFunction is an API error under compute-sanitizer: ask only for
+    # names the module has (the driver's list where the compiler gave none).
+    from tenferro import module as module_part
+
+    d = module_part._driver
+    looked_up = []
+    monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
+    monkeypatch.setattr(d, "module_get_function",
+                        lambda module, name: looked_up.append(name) or 0x77)
+    monkeypatch.setattr(d, "module_function_names", lambda module: ["_Z5scalePff"])
+    monkeypatch.setattr(d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name])
+    monkeypatch.setattr(d, "func_param_layout", lambda handle: [(0, 8), (8, 4)])
+    m = module_part.Module(_Session(), b"img", "cubin", {})
+    with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'nope' "
+                                                 r"in this module; it has \['scale'\]$"):
+        m.function("nope")
+    assert looked_up == []
+    assert m.function("scale").name == "_Z5scalePff"  # the C++ name, found among the names
+    assert looked_up == ["_Z5scalePff"]
+
+
 def test_a_functions_attributes_are_the_drivers(scale_fn):
     scale_fn, _ = scale_fn
     a = scale_fn.attributes
@@ -400,12 +422,17 @@ def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
     monkeypatch.setattr(d, "module_function_names",
                         lambda module: _faulted("cuModuleEnumerateFunctions"))
     m = module_part.Module(_Session(), b"img", "cubin", {})
+    with pytest.raises(tf.KernelFault, match=r"^cuModuleEnumerateFunctions: the device "
+                                             r"reported CUDA_ERROR_ILLEGAL_ADDRESS; last "
+                                             r"launches"):
+        m.function("scale")  # the module's names are read before the driver is asked for one
+    with pytest.raises(tf.KernelFault, match=r"^cuModuleEnumerateFunctions: the device "):
+        m.function_names  # noqa: B018 (a property that asks the driver)
+    monkeypatch.setattr(d, "module_function_names", lambda module: ["scale"])
     with pytest.raises(tf.KernelFault, match=r"^cuModuleGetFunction: the device reported "
                                              r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches"):
         m.function("scale")
-    with pytest.raises(tf.KernelFault, match=r"^cuModuleEnumerateFunctions: the device "):
-        m.function_names  # noqa: B018 (a property that asks the driver)
-    assert len(m.session.faults) == 2
+    assert len(m.session.faults) == 3
     monkeypatch.setattr(d, "module_get_function", lambda module, name: None)
     monkeypatch.setattr(d, "module_function_names", lambda module: [])
     with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'scale'"):
