@@ -560,15 +560,31 @@ def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:
 
 
 def func_param_layout(func: int) -> list[tuple[int, int]]:
-    """(offset, size) of each parameter, as the driver laid them out (cuFuncGetParamInfo)."""
+    """(offset, size) of each parameter, as the driver laid them out (cuFuncGetParamInfo).
+
+    The count comes from cuFuncGetParamCount where the driver has it; an older driver is
+    probed until cuFuncGetParamInfo refuses the index past the last (an API error that
+    compute-sanitizer reports, so only where the count cannot be had).
+    """
     f = _cu.CUfunction(func)
-    out = []
+    try:
+        res = _cu.cuFuncGetParamCount(f)
+    except Exception:  # the bindings' entry point is missing from this driver
+        res = (_cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
+    if not res[0]:
+        return [_param_info(f, i) for i in range(int(res[1]))]
+    out: list[tuple[int, int]] = []
     while True:
         res = _cu.cuFuncGetParamInfo(f, len(out))
         if res[0] == _cu.CUresult.CUDA_ERROR_INVALID_VALUE:
             return out
         off, size = _check("cuFuncGetParamInfo", res)
         out.append((int(off), int(size)))
+
+
+def _param_info(f: Any, i: int) -> tuple[int, int]:
+    off, size = _check("cuFuncGetParamInfo", _cu.cuFuncGetParamInfo(f, i))
+    return int(off), int(size)
 
 
 # --- launch -----------------------------------------------------------------------------------

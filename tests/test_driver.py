@@ -176,3 +176,35 @@ def test_a_launch_record_is_extended_exactly_with_clusters_or_cooperation(cluste
                                                                           kind):
     rec = _driver.launch_record(0x1, (2, 1, 1, 32, 1, 1, 0), 0x2, 0x3, cluster, cooperative)
     assert type(rec).__name__ == kind
+
+
+class _ParamInfoDriver:
+    """cuda.bindings' driver as far as `func_param_layout` asks it: params of 8, 4, 4 bytes."""
+
+    CUresult = type("CUresult", (), {"CUDA_ERROR_INVALID_VALUE": 1,
+                                     "CUDA_ERROR_NOT_SUPPORTED": 801})
+    LAYOUT = ((0, 8), (8, 4), (12, 4))
+
+    def __init__(self, count):
+        self.count, self.asked = count, []
+
+    def CUfunction(self, f):
+        return f
+
+    def cuFuncGetParamCount(self, f):
+        if self.count == "missing":
+            raise RuntimeError('Function "cuFuncGetParamCount" not found')
+        return self.count
+
+    def cuFuncGetParamInfo(self, f, i):
+        self.asked.append(i)
+        return (0, *self.LAYOUT[i]) if i < len(self.LAYOUT) else (1,)
+
+
+@pytest.mark.parametrize("count", [(0, 3), (801,), "missing"])
+def test_a_functions_parameter_layout_is_asked_only_for_parameters_it_has(monkeypatch, count):
+    fake = _ParamInfoDriver(count)
+    monkeypatch.setattr(_driver, "_cu", fake)
+    assert _driver.func_param_layout(0x77) == list(_ParamInfoDriver.LAYOUT)
+    # with the count, no index past the last (a failing call compute-sanitizer reports)
+    assert fake.asked == ([0, 1, 2] if count == (0, 3) else [0, 1, 2, 3])
