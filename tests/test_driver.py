@@ -208,3 +208,16 @@ def test_a_functions_parameter_layout_is_asked_only_for_parameters_it_has(monkey
     assert _driver.func_param_layout(0x77) == list(_ParamInfoDriver.LAYOUT)
     # with the count, no index past the last (a failing call compute-sanitizer reports)
     assert fake.asked == ([0, 1, 2] if count == (0, 3) else [0, 1, 2, 3])
+
+
+@pytest.mark.gpu
+def test_the_driver_gives_a_kernels_parameter_layout(session):
+    from _sources import AXPY
+
+    fn = session.compile(AXPY).function("axpy")  # (float*, const float*, float, unsigned)
+    assert _driver.func_param_layout(fn.handle) == [(0, 8), (8, 8), (16, 4), (20, 4)]
+    try:
+        has_count = not _driver._cu.cuFuncGetParamCount(_driver._cu.CUfunction(fn.handle))[0]
+    except Exception:  # a driver without it: the probe is the way
+        has_count = False
+    print(f"cuFuncGetParamCount available: {has_count}")
