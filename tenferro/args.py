@@ -275,6 +275,7 @@ class PackedParams:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
         self.last_args = ()
         self.last_spans = []
+        self.last_slot_spans = []
 
     def snapshot(self) -> bytes:
         """The packed bytes as they are now, for `restore`."""

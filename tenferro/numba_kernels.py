@@ -33,10 +33,8 @@ from .spans import DeviceBytes, TensorMut, TensorRef
 __all__ = ["NumbaKernel", "NumbaParamBlock", "numba_kernel", "numba_layout", "written_arrays"]
 
 _SPAN_TYPES = (TensorRef, TensorMut, DeviceBytes)
-# The numpy scalar classes of tenferro's types: each is one numba type (np.float32 is float32).
-_NUMPY_SCALAR_CLASSES = frozenset(t.numpy.type for t in dtypes.SCALAR_TYPES
-                                  if t.numpy is not None)
 _ARRAY, _SCALAR_ARG = 0, 1
+_UNSET = object()  # no array packed in this place: the shortcut's identity test fails
 _is = operator.is_
 
 
@@ -164,11 +162,13 @@ class NumbaParamBlock(PackedParams):
     """numba's argument layout in one buffer, with cuLaunchKernel's pointer array into it.
 
     `pack` is `PackedParams.pack` (check every argument, write it in place, return the spans),
-    with one shortcut: where the only new objects are numpy scalars of their parameter's own
-    type (``np.float32(x)`` made in the call), their bytes are written and nothing else runs.
+    with one shortcut: where the arrays are the very spans packed last and every scalar is a
+    numpy scalar of its parameter's own type (``np.float32(x)`` made in the call), the
+    scalars are written and nothing else runs.
     """
 
-    __slots__ = ("name", "scalar_places", "specs", "structs", "writes")
+    __slots__ = ("_last_arrays", "_quick_pack", "name", "scalar_places", "specs", "structs",
+                 "takes_quickly", "writes")
     what = "numba kernel"
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
@@ -179,30 +179,73 @@ class NumbaParamBlock(PackedParams):
         self.nparams = len(specs)
         self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
                              for s in specs)
-        # Per argument: (the numpy scalar class whose own bytes are its packing, the bytes'
-        # slice) for a scalar, None for an array or a type numpy has no scalar class for.
+        # Per argument: (the numpy scalar class whose own bytes are its packing, a one-element
+        # numpy array of that type over its bytes) for a scalar, None for an array or a type
+        # numpy has no scalar class for. Assigning a scalar of the array's type copies its bits.
         places = []
         for kind, t, _, _, first in specs:
             c = None if kind == _ARRAY else dtypes.numpy_scalar_class(t)
-            off = self.offsets[first]
-            places.append(None if c is None else (c, slice(off, off + t.itemsize)))
+            places.append(None if c is None else (c, np.frombuffer(
+                self._buf, dtype=t.numpy, count=1, offset=self.offsets[first])))
         self.scalar_places = tuple(places)
+        self._last_arrays = [_UNSET] * sum(sp[0] == _ARRAY for sp in specs)
+        self.takes_quickly, self._quick_pack = self._straight_line_checks()
+
+    def _straight_line_checks(self) -> tuple[Any, Any]:
+        """``(takes_quickly, quick_pack)`` unrolled for this kernel's arguments.
+
+        ``takes_quickly(args)`` is True when args are the very arrays packed last and, where
+        scalars go, numpy scalars of the parameters' own types: what changes is their bytes
+        alone, and not the kernel's types. ``quick_pack(args)`` is the same test that also
+        writes those scalars. A kernel with a scalar type numpy has no class for (bf16) has
+        no shortcut: both are always False.
+        """
+        names = [f"a{i}" for i in range(self.nparams)]
+        consts: dict[str, Any] = {"last": self._last_arrays}
+        tests, writes, k = [], [], 0
+        for i, place in enumerate(self.scalar_places):
+            if self.specs[i][0] == _ARRAY:
+                tests.append(f"a{i} is last[{k}]")
+                k += 1
+            elif place is None:
+                tests.append("False")
+            else:
+                consts[f"C{i}"], consts[f"V{i}"] = place
+                tests.insert(0, f"a{i}.__class__ is C{i}")
+                writes.append(f"        V{i}[0] = a{i}")
+        unpack = f"    {', '.join(names)}, = args" if names else "    pass"
+        test = " and ".join(tests) or "True"
+        lines = ["def takes_quickly(args):",
+                 f"    if len(args) != {self.nparams}:",
+                 "        return False",
+                 unpack,
+                 f"    return {test}",
+                 "def quick_pack(args):",
+                 f"    if len(args) != {self.nparams}:",
+                 "        return False",
+                 unpack,
+                 f"    if {test}:",
+                 *writes,
+                 "        return True",
+                 "    return False"]
+        exec("\n".join(lines), consts)
+        return consts["takes_quickly"], consts["quick_pack"]
 
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
         """`PackedParams.pack`; new numpy scalars of their own types alone are just written."""
-        prev = self.last_args  # empty until a pack succeeds, and after a refused one
-        if prev and len(args) == len(prev):
-            places, mv = self.scalar_places, self._mv
-            for i, a in enumerate(args):
-                if a is not prev[i]:
-                    place = places[i]
-                    if place is None or a.__class__ is not place[0]:
-                        break
-                    mv[place[1]] = a.tobytes()
-            else:  # the same spans, so nothing else to check; these scalars are now packed
-                self.last_args = tuple(args)
-                return self.last_spans
-        return super().pack(args, session, op)
+        if self._quick_pack(args):
+            self.last_args = tuple(args)  # these scalars are now the ones packed
+            return self.last_spans
+        last = self._last_arrays
+        last[:] = [_UNSET] * len(last)  # a refused pack may have written some places
+        spans = super().pack(args, session, op)
+        last[:] = [a for a, sp in zip(args, self.specs, strict=True) if sp[0] == _ARRAY]
+        return spans
+
+    def forget(self) -> None:
+        """`PackedParams.forget`, and the arrays the shortcut compares with."""
+        super().forget()
+        self._last_arrays[:] = [_UNSET] * len(self._last_arrays)
 
     def fresh(self) -> NumbaParamBlock:
         """A new, empty block for the same kernel (for a bound launch of its own)."""
@@ -217,10 +260,10 @@ class NumbaParamBlock(PackedParams):
         if kind != _ARRAY:
             place = self.scalar_places[i]
             if place is not None and a.__class__ is place[0]:  # np.float32(x) for a float32
-                data = a.tobytes()
+                place[1][0] = a
             else:
                 data = _scalar_bytes(a, t, op, i, self.name)
-            self._mv[off:off + len(data)] = data
+                self._mv[off:off + len(data)] = data
             return None
         cls = type(a)
         if cls not in _SPAN_TYPES:
@@ -350,19 +393,14 @@ class NumbaKernel:
     def known_function(self, args: list | tuple) -> Any:
         """The Function already compiled for these arguments' types, or None (nothing checked).
 
-        What a launch looks up first: the last arguments' Function, or one found by the quick
-        key; anything else goes to `function_for` on the checked path.
+        What a launch looks up first: the last arguments' Function (the same objects, or its
+        arrays and new numpy scalars of its parameters' types), or one found by the quick key;
+        anything else goes to `function_for` on the checked path.
         """
         prev, fn = self._last  # ((), None) until a Function is found
-        if prev and len(args) == len(prev):
-            if all(map(_is, args, prev)):
-                return fn
-            # New numpy scalars of the classes they replace: a class is one numba type.
-            for a, p in zip(args, prev, strict=True):
-                if a is not p and (a.__class__ is not p.__class__ or
-                                   a.__class__ not in _NUMPY_SCALAR_CLASSES):
-                    break
-            else:
+        if prev:
+            if fn.param_block.takes_quickly(args) or \
+                    (len(args) == len(prev) and all(map(_is, args, prev))):
                 return fn
         fn = self._by_quick_key.get(tuple(map(_quick_key, args)))
         if fn is not None:

@@ -253,7 +253,9 @@ class Session:
                     raise TypeError  # named below, with the refusal of len() of a non-sequence
                 replaced = param_block.last_spans
                 param_block.pack(args, self, "session.launch")
-                if replaced:  # the previous launch may still be running: hold what it used
+                # The previous launch may still be running: hold what it used, unless the
+                # block kept those very spans (new scalars alone), which it still references.
+                if replaced and replaced is not param_block.last_spans:
                     self.liveness.hold(replaced)
             if self.ordering.pending:  # spans of producers on other streams were made
                 self.ordering.flush("session.launch")

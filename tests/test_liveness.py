@@ -226,3 +226,27 @@ def test_long_loops_do_not_hold_everything_forever(session):
     for _ in range(tf.session.FENCE_EVERY * 2):  # the very same arguments: nothing piles up
         session.launch(fn, tf.LaunchConfig.flat(256), same)
     assert len(session.liveness.held) <= 1 and not session.liveness.fences
+
+
+@pytest.mark.gpu
+def test_a_launch_with_new_scalars_alone_holds_nothing_more(session, rng):
+    # The block still references the spans it kept, so holding them again is not needed;
+    # spans it replaces are held until the stream passes the launch that used them.
+    from _sources import scale_add
+
+    k = session.numba_kernel(scale_add)
+    n = 1000
+    x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    cfg = tf.LaunchConfig.flat(n, 128)
+    session.synchronize()
+    for a in (0.5, 0.25, 0.125):  # the README's loop: spans and numpy scalars made each call
+        session.launch(k, cfg, [session.tensor_mut(y), session.tensor(x), np.float32(a),
+                                np.int64(n)])
+    assert session.liveness.held == []
+    other = session.upload(x0)
+    session.launch(k, cfg, [session.tensor_mut(y), session.tensor(other), np.float32(1.0),
+                            np.int64(n)])
+    assert [s.owner for s in session.liveness.held[0]] == [y, x]  # the spans it replaced
+    np.testing.assert_allclose(session.download(y), y0 + 1.875 * x0.astype(np.float64),
+                               rtol=1e-5, atol=1e-5)

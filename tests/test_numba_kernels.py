@@ -261,12 +261,26 @@ class _CachingSession:
         self.caches.append(cache)
 
 
+class _Fn:
+    """A compiled Function as a NumbaKernel sees it: its name and its parameter block."""
+
+    def __init__(self, name, argtypes=(types.float32,)):
+        specs, sig = numba_layout(argtypes, "k", "test")
+        self.name, self.param_block = name, NumbaParamBlock("k", specs, sig, set())
+
+    def __eq__(self, other):  # compared with the name the stand-in compiler gave it
+        return other == self.name or other is self
+
+    __hash__ = object.__hash__
+
+
 def test_a_kernel_specializes_once_per_numba_type_and_finds_it_without_numba(monkeypatch):
     from tenferro import numba_kernels as nk
 
     compiled, keys = [], []
     monkeypatch.setattr(nk, "compile_for_session",
-                        lambda s, d, key, name, op: compiled.append(key) or f"fn{len(compiled)}")
+                        lambda s, d, key, name, op: compiled.append(key) or
+                        _Fn(f"fn{len(compiled)}"))
     real = nk._specialization_type
     monkeypatch.setattr(nk, "_specialization_type",
                         lambda a, op, i: keys.append(i) or real(a, op, i))
@@ -302,7 +316,8 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
 
     built = []
     real = nk._specialization_type
-    monkeypatch.setattr(nk, "compile_for_session", lambda s, d, key, name, op: "fn1")
+    fn1 = _Fn("fn1", (F32_C, types.float32))
+    monkeypatch.setattr(nk, "compile_for_session", lambda s, d, key, name, op: fn1)
     monkeypatch.setattr(nk, "_specialization_type",
                         lambda a, op, i: built.append(i) or real(a, op, i))
     s = _CachingSession()
@@ -314,6 +329,7 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     built.clear()
     x = tf.TensorRef(0x20000, (8,), (4,), f32, 0, None, s)  # its writability is pack's to check
     assert k.known_function([x, np.float32(2.0)]) == "fn1"
+    fn1.param_block.pack([x, np.float32(2.0)], s, "op")  # what the launch does next
     keyed = []
     real_key = nk._quick_key
     monkeypatch.setattr(nk, "_quick_key", lambda a: keyed.append(a) or real_key(a))
@@ -338,7 +354,7 @@ def test_a_kernel_compiles_for_its_session_dispatcher_and_name_once_per_key(monk
 
     asked = []
     monkeypatch.setattr(nk, "compile_for_session", lambda *a: asked.append(a) or
-                        f"fn{len(asked)}")
+                        _Fn(f"fn{len(asked)}"))
     s, dispatcher = _CachingSession(), object()
     k = nk.NumbaKernel(s, dispatcher, "k")
     f32 = dtypes.by_name("f32")
@@ -528,3 +544,51 @@ def test_a_numba_kernel_relaunched_with_new_objects_of_the_same_types_computes_a
         session.launch(k, tf.LaunchConfig.flat(n), 5)
     session.synchronize()
     assert np.isnan(session.download(poisoned)).all()  # nothing ran with the refused argument
+
+
+def test_the_scalar_shortcut_writes_exact_bits_and_ends_where_it_must():
+    import gc
+    import weakref
+
+    s = _FakeSession()
+    specs, sig = numba_layout((F32_C, types.float32, types.int64), "k", "test")
+    block = NumbaParamBlock("k", specs, sig, {0})
+    f32 = dtypes.by_name("f32")
+    y = tf.TensorMut(0x20000, (7,), (4,), f32, 0, None, s)
+    op = "session.launch"
+    assert not block.takes_quickly([y, np.float32(1.0), np.int64(2)])  # nothing packed yet
+    block.pack([y, np.float32(1.0), np.int64(2)], s, op)
+    signalling_nan = np.array([0x7F800001], np.uint32).view(np.float32)[0]
+    assert block.takes_quickly([y, signalling_nan, np.int64(-3)])
+    block.pack([y, signalling_nan, np.int64(-3)], s, op)
+    raw = bytes(block._mv)
+    assert struct.unpack_from("<I", raw, block.offsets[7]) == (0x7F800001,)  # its very bits
+    assert struct.unpack_from("<q", raw, block.offsets[8]) == (-3,)
+    # Not the shortcut: another span, a scalar of another class, another count.
+    other = tf.TensorMut(0x20000, (7,), (4,), f32, 0, None, s)
+    assert not block.takes_quickly([other, np.float32(1.0), np.int64(2)])
+    assert not block.takes_quickly([y, np.float64(1.0), np.int64(2)])
+    assert not block.takes_quickly([y, tf.f32(1.0), np.int64(2)])
+    assert not block.takes_quickly([y, np.float32(1.0)])
+    # A synchronize forgets the arrays: no shortcut, and nothing of them is kept.
+    gone = weakref.ref(y)
+    block.forget()
+    assert not block.takes_quickly([y, np.float32(1.0), np.int64(2)])
+    del y
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_scalar_type_numpy_lacks_takes_no_shortcut_and_all_numpy_scalars_need_no_array():
+    s = _FakeSession()
+    specs, sig = numba_layout((types.float32, types.int64), "k", "test")
+    block = NumbaParamBlock("k", specs, sig, set())
+    assert block.takes_quickly([np.float32(0.5), np.int64(7)])  # nothing else to check
+    assert block.pack([np.float32(0.5), np.int64(7)], s, "op") == []
+    raw = bytes(block._mv)
+    assert struct.unpack_from("<f", raw, block.offsets[0]) + \
+        struct.unpack_from("<q", raw, block.offsets[1]) == (0.5, 7)
+    assert not block.takes_quickly([np.float32(0.5), np.int32(7)])
+    bf16 = NumbaParamBlock("k", *numba_layout((F32_C, types.float32), "k", "test"), set())
+    bf16.scalar_places = (None, None)  # as for a type numpy has no class for
+    assert not bf16._straight_line_checks()[0]([object(), np.float32(1.0)])
