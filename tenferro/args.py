@@ -405,15 +405,17 @@ class ParamBlock(PackedParams):
                           "        spans.append(a)"]
             else:
                 size = self.params[i].size
-                # numpy scalars (np.float32(x)) of a type the parameter takes: their own bytes
-                consts[f"N{i}"] = frozenset(
-                    c for c in map(dtypes.numpy_scalar_class, self.scalars_taken[i])
-                    if c is not None and np.dtype(c).itemsize == size)
+                # numpy scalars (np.float32(x)) of a type the parameter takes: their own bits,
+                # assigned into a one-element array of their own type over the place
+                consts[f"N{i}"] = {
+                    c: np.frombuffer(self._buf, dtype=c, count=1, offset=off)
+                    for c in map(dtypes.numpy_scalar_class, self.scalars_taken[i])
+                    if c is not None and np.dtype(c).itemsize == size}
                 lines += [f"    if a.__class__ is KernelArg and a.kind == {_SCALAR} and "
                           f"a.scalar_type in taken[{i}]:",
                           f"        mv[{off}:{off + size}] = a.data",
-                          f"    elif a.__class__ in N{i}:",
-                          f"        mv[{off}:{off + size}] = a.tobytes()",
+                          f"    elif (v := N{i}.get(a.__class__)) is not None:",
+                          "        v[0] = a",
                           "    else:",
                           f"        slot({i}, a, session, op)"]
         lines += ["    if len(spans) == 2:",

@@ -136,7 +136,12 @@ def test_pack_writes_values_in_place(rng):
     # numpy scalars keep their exact width
     b.pack([_mut(0x100), _ref(0x200), np.float32(a), np.uint32(n), np.float64(d), np.int64(q)],
            None, "session.launch")
-    assert _read(b, 3, "<I") == n
+    assert (_read(b, 2, "<f"), _read(b, 3, "<I"), _read(b, 4, "<d"), _read(b, 5, "<q")) == \
+        (np.float32(a), n, d, q)
+    quiet_less = np.array([0x7F800001], np.uint32).view(np.float32)[0]  # a signalling NaN
+    b.pack([_mut(0x100), _ref(0x200), quiet_less, np.uint32(n), np.float64(d), np.int64(q)],
+           None, "session.launch")
+    assert _read(b, 2, "<I") == 0x7F800001  # its bits as they were, not made quiet
 
 
 @pytest.mark.parametrize("args,pattern", [
