@@ -253,7 +253,10 @@ def main() -> int:
             fn.param_block.pack(args, s, "bench")
             rec = _driver.LaunchRecord(fn.handle, cfg.dims, stream, fn.param_block.address)
             addr = rec.address
-            return (lambda: launch(addr)), {}
+
+            def go(_keep=rec):  # the launcher reads the record's words: go owns it
+                launch(addr)
+            return go, {}
 
         def tf_launch():
             return (lambda: s.launch(fn, cfg, args)), {}

@@ -243,10 +243,12 @@ def test_a_launch_with_new_scalars_alone_holds_nothing_more(session, rng):
     for a in (0.5, 0.25, 0.125):  # the README's loop: spans and numpy scalars made each call
         session.launch(k, cfg, [session.tensor_mut(y), session.tensor(x), np.float32(a),
                                 np.int64(n)])
-    assert session.liveness.held == []
+        if a == 0.5:  # the first launch (compiled, then checked) holds its spans
+            held = list(session.liveness.held)
+    assert session.liveness.held == held
     other = session.upload(x0)
     session.launch(k, cfg, [session.tensor_mut(y), session.tensor(other), np.float32(1.0),
                             np.int64(n)])
-    assert [s.owner for s in session.liveness.held[0]] == [y, x]  # the spans it replaced
+    assert [s.owner for s in session.liveness.held[-1]] == [y, x]  # the spans it replaced
     np.testing.assert_allclose(session.download(y), y0 + 1.875 * x0.astype(np.float64),
                                rtol=1e-5, atol=1e-5)
