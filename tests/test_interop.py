@@ -651,7 +651,9 @@ def fake_torch(monkeypatch):
     torch.Tensor = _TorchTensor
     torch.nn = types.SimpleNamespace(Parameter=type("Parameter", (_TorchTensor,), {}))
     torch.stream = 7
-    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: torch.stream)
+    # the stream of the device asked (another device's is another stream)
+    torch._C = types.SimpleNamespace(
+        _cuda_getCurrentRawStream=lambda device: torch.stream if device == 0 else 99)
     monkeypatch.setitem(sys.modules, "torch", torch)
     saved = [(table, dict(table)) for table in (producers.readers, producers.fast_spans)]
     for table, _ in saved:
@@ -738,3 +740,72 @@ def test_a_torch_tensor_off_the_fast_path_goes_through_the_checks(fake_torch):
     s.thread = -1  # another thread's session
     with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor_mut: the session is "):
         imports.tensor_mut(s, x)
+
+
+def test_the_torch_reader_reads_fields_and_hands_on_what_it_does_not_take(fake_torch):
+    from tenferro.interop import producers
+
+    read = producers.direct_reader(_TorchTensor)
+    assert producers.readers[_TorchTensor] is read and producers.direct_reader(_TorchTensor) is read
+    assert producers.direct_reader(fake_torch.nn.Parameter) is not None
+    x = _TorchTensor(0x1000, (4, 3), "float64")
+    assert read(x, 0, "op") == (0x1000, (4, 3), (24, 8), dtypes.by_name("f64"), 7, 96)
+    fake_torch.stream = 0  # torch's default stream: the legacy handle
+    assert read(x, 0, "op")[4] == 1
+    x.strides = (1, 4)  # a transposed view: byte strides from torch's element strides
+    assert read(x, 0, "op")[2:] == ((8, 32), dtypes.by_name("f64"), 1, -1)
+    for field, value in (("requires_grad", True), ("is_cuda", False), ("dtype", "complex64")):
+        y = _TorchTensor(0x1000)
+        setattr(y, field, value)
+        assert read(y, 0, "op") is None, field  # the general path says why
+    y = _TorchTensor(0x1000)
+    y.fail = "a sparse tensor has no data_ptr"
+    assert read(y, 0, "op") is None
+    y = _TorchTensor(0x1000)
+    y.neg = True
+    with pytest.raises(tf.ValidationError, match=r"^op: x is a negated view"):
+        read(y, 0, "op")
+    with pytest.raises(tf.ValidationError, match=r"^op: x lives on device 0, this session is on "
+                                                 r"device 1$"):
+        read(_TorchTensor(0x1000), 1, "op")
+
+
+def test_only_torch_tensors_are_read_directly_and_each_class_is_decided_once(fake_torch,
+                                                                           monkeypatch):
+    from tenferro.interop import producers
+
+    class Other:
+        pass
+
+    for decide, table in ((producers.direct_reader, producers.readers),
+                          (producers.fast_span, producers.fast_spans)):
+        assert decide(Other) is None and table[Other] is None
+        assert decide(np.ndarray) is None
+        assert decide(_TorchTensor) is not None and decide(_TorchTensor) is table[_TorchTensor]
+    monkeypatch.delitem(sys.modules, "torch")
+    producers.fast_spans.clear()
+    producers.readers.clear()
+    assert producers.fast_span(_TorchTensor) is None  # torch not imported: not recognised
+    assert producers.direct_reader(_TorchTensor) is None
+
+
+def test_torchs_public_stream_query_serves_where_the_raw_one_is_missing(fake_torch):
+    import types
+
+    from tenferro.interop import producers
+
+    fake_torch._C = types.SimpleNamespace()
+    fake_torch.cuda = types.SimpleNamespace(
+        current_stream=lambda device: types.SimpleNamespace(cuda_stream=40 + device))
+    assert producers.torch_current_stream(fake_torch)(2) == 42
+
+
+def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkeypatch):
+    from tenferro.interop import imports, producers
+
+    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    span = imports.tensor(s, x)
+    made = []
+    monkeypatch.setattr(producers, "kept_compact", lambda *a: made.append(a))
+    monkeypatch.setattr(producers, "_c_layout", lambda *a: made.append(a))
+    assert imports.tensor(s, x) is span and made == []  # the fields match: no layout, no span
