@@ -504,9 +504,12 @@ def test_a_compact_layout_is_remembered_per_shape_and_comes_back_as_plain_tuples
     again = producers._c_layout((4, 0, 3), 8)
     assert again[0] is shape and again[1] is strides  # the same entry for the plain tuple
     assert producers._c_layout((5,), 2) == ((5,), (2,), 10)
-    for d in range(5000):  # a bounded table: filled past its size, it starts again
+    producers._layouts.clear()
+    for d in range(4097):  # a bounded table: 4097 entries kept, the next one starts it again
         producers._c_layout((d,), 4)
-    assert len(producers._layouts) <= 4097
+    assert len(producers._layouts) == 4097
+    producers._c_layout((5000,), 4)
+    assert len(producers._layouts) == 1
 
 
 @pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
@@ -655,7 +658,8 @@ def fake_torch(monkeypatch):
     torch._C = types.SimpleNamespace(
         _cuda_getCurrentRawStream=lambda device: torch.stream if device == 0 else 99)
     monkeypatch.setitem(sys.modules, "torch", torch)
-    saved = [(table, dict(table)) for table in (producers.readers, producers.fast_spans)]
+    saved = [(table, dict(table)) for table in (producers.readers, producers.fast_spans,
+                                                 producers._layouts)]  # layouts made anew
     for table, _ in saved:
         table.clear()
     yield torch
@@ -782,11 +786,20 @@ def test_only_torch_tensors_are_read_directly_and_each_class_is_decided_once(fak
         assert decide(Other) is None and table[Other] is None
         assert decide(np.ndarray) is None
         assert decide(_TorchTensor) is not None and decide(_TorchTensor) is table[_TorchTensor]
+    import types
+
+    cupy = types.SimpleNamespace(ndarray=type("ndarray", (), {}), cuda=types.SimpleNamespace(
+        get_current_stream=lambda: None))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    assert producers.direct_reader(cupy.ndarray) is not None  # CuPy: a reader, no fast span
+    assert producers.fast_span(cupy.ndarray) is None
     monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delitem(sys.modules, "cupy")
     producers.fast_spans.clear()
     producers.readers.clear()
     assert producers.fast_span(_TorchTensor) is None  # torch not imported: not recognised
     assert producers.direct_reader(_TorchTensor) is None
+    assert producers.direct_reader(cupy.ndarray) is None
 
 
 def test_torchs_public_stream_query_serves_where_the_raw_one_is_missing(fake_torch):
