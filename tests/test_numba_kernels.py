@@ -591,4 +591,22 @@ def test_a_scalar_type_numpy_lacks_takes_no_shortcut_and_all_numpy_scalars_need_
     assert not block.takes_quickly([np.float32(0.5), np.int32(7)])
     bf16 = NumbaParamBlock("k", *numba_layout((F32_C, types.float32), "k", "test"), set())
     bf16.scalar_places = (None, None)  # as for a type numpy has no class for
-    assert not bf16._straight_line_checks()[0]([object(), np.float32(1.0)])
+    array = object()
+    bf16._last_arrays[0] = array  # the array test passes: the scalar's decides
+    takes, quick_pack = bf16._straight_line_checks()
+    assert not takes([array, np.float32(1.0)]) and not quick_pack([array, np.float32(1.0)])
+
+
+def test_each_array_is_compared_with_its_own_place_and_a_kernel_may_take_nothing():
+    s = _FakeSession()
+    f32 = dtypes.by_name("f32")
+    y, x, z = (tf.TensorMut(0x10000 * (i + 1), (7,), (4,), f32, 0, None, s) for i in range(3))
+    block = NumbaParamBlock("k", *numba_layout((F32_C, F32_C, F32_C, types.float32), "k",
+                                               "test"), {0, 1, 2})
+    block.pack([y, x, z, np.float32(1.0)], s, "op")
+    assert block.takes_quickly([y, x, z, np.float32(2.0)])
+    for swapped in ([y, x, x], [y, z, z], [x, x, z], [z, x, y]):  # another span in a place
+        assert not block.takes_quickly([*swapped, np.float32(2.0)])
+    empty = NumbaParamBlock("k", *numba_layout((), "k", "test"), set())
+    assert empty.takes_quickly([]) and empty.pack([], s, "op") == []
+    assert not empty.takes_quickly([np.float32(1.0)])
