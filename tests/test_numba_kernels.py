@@ -557,8 +557,10 @@ def test_the_scalar_shortcut_writes_exact_bits_and_ends_where_it_must():
     y = tf.TensorMut(0x20000, (7,), (4,), f32, 0, None, s)
     op = "session.launch"
     assert not block.takes_quickly([y, np.float32(1.0), np.int64(2)])  # nothing packed yet
-    block.pack([y, np.float32(1.0), np.int64(2)], s, op)
     signalling_nan = np.array([0x7F800001], np.uint32).view(np.float32)[0]
+    block.pack([y, signalling_nan, np.int64(2)], s, op)  # the checked path keeps bits too
+    assert struct.unpack_from("<I", bytes(block._mv), block.offsets[7]) == (0x7F800001,)
+    block.pack([y, np.float32(1.0), np.int64(2)], s, op)
     assert block.takes_quickly([y, signalling_nan, np.int64(-3)])
     block.pack([y, signalling_nan, np.int64(-3)], s, op)
     raw = bytes(block._mv)
