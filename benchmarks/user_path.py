@@ -109,6 +109,10 @@ def main() -> int:
         methods.append(Method("tenferro s.launch of that numba kernel, torch tensors",
                               lambda: s.launch(nk, cfg, [s.tensor_mut(y), s.tensor(x),
                                                          np.float32(2.0), np.int64(N)])))
+        nk_t = st.numba_kernel(axpy_numba)  # on torch's stream, as numba's launch above is
+        methods.append(Method("the same, session on torch's stream",
+                              lambda: st.launch(nk_t, cfg, [st.tensor_mut(y), st.tensor(x),
+                                                            np.float32(2.0), np.int64(N)])))
         from tenferro import kernels
 
         methods.append(Method("tenferro.kernels.axpy(s, y, x, 2.0), torch tensors",

@@ -326,6 +326,10 @@ class PackedParams:
         self.last_slot_spans = slot_spans
         return spans
 
+    def pack_new(self, args: list | tuple, session: Any, op: str) -> list:
+        """`pack`, for a caller that found ``args`` are not the very objects packed last."""
+        return self.pack(args, session, op)
+
     def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         raise NotImplementedError
@@ -340,8 +344,10 @@ class ParamBlock(PackedParams):
     Those objects stay referenced until the next launch with others or the session's end.
     """
 
-    __slots__ = ("_pack", "elements", "params", "read_only_ok", "scalars_taken", "slices",
-                 "takes_pointer", "writes")
+    # pack_new: the straight-line pack without its identity test, a plain function (no
+    # bound method made a launch).
+    __slots__ = ("_pack", "elements", "pack_new", "params", "read_only_ok", "scalars_taken",
+                 "slices", "takes_pointer", "writes")
 
     def __init__(self, sig: Signature) -> None:
         super().__init__(sig)
@@ -362,15 +368,16 @@ class ParamBlock(PackedParams):
         self.elements = tuple(element_types(p.c_type) for p in params)
         self.read_only_ok = tuple(p.c_type is None or p.c_type.pointee is None
                                   or p.c_type.pointee.is_const for p in params)
-        self._pack = self._straight_line_pack()
+        self._pack, self.pack_new = self._straight_line_pack()
 
     def pack(self, args: list | tuple, session: Any, op: str) -> list:
         """`PackedParams.pack`, through straight-line code made for this signature."""
         return self._pack(args, session, op)
 
-    def _straight_line_pack(self) -> Any:
-        """`PackedParams.pack` unrolled for this signature (as PyCUDA's ``prepare`` does).
+    def _straight_line_pack(self) -> tuple[Any, Any]:
+        """``(pack, pack_new)``: `PackedParams.pack` unrolled for this signature.
 
+        As PyCUDA's ``prepare`` does; ``pack_new`` is the same without the identity test.
         Each parameter gets the one test its usual argument passes (a span of this session
         where a pointer goes, a typed scalar of a type the parameter takes where a value
         goes); anything else goes to `pack_slot`, which accepts or refuses it as always. What
@@ -380,6 +387,8 @@ class ParamBlock(PackedParams):
                  "    prev = block.last_args",
                  "    if prev and len(args) == len(prev) and all(map(_is, args, prev)):",
                  "        return block.last_spans",
+                 "    return pack_new(args, session, op)",
+                 "def pack_new(args, session, op):",
                  f"    if len(args) != {self.nparams}:",
                  "        return general(args, session, op)",
                  "    block.last_args = ()",
@@ -433,7 +442,7 @@ class ParamBlock(PackedParams):
                      "KernelArg": KernelArg, "TensorMut": TensorMut, "TensorRef": TensorRef,
                      "DeviceBytes": DeviceBytes, "check_overlaps": check_overlaps}
         exec("\n".join(lines), namespace)
-        return namespace["pack"]
+        return namespace["pack"], namespace["pack_new"]
 
     def fresh(self) -> ParamBlock:
         """A new, empty block for the same signature (for a bound launch of its own)."""

@@ -242,6 +242,8 @@ class NumbaParamBlock(PackedParams):
         last[:] = [a for a, sp in zip(args, self.specs, strict=True) if sp[0] == _ARRAY]
         return spans
 
+    pack_new = pack  # its shortcut is its own test
+
     def forget(self) -> None:
         """`PackedParams.forget`, and the arrays the shortcut compares with."""
         super().forget()

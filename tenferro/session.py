@@ -252,7 +252,7 @@ class Session:
                 if not isinstance(args, (list, tuple)):
                     raise TypeError  # named below, with the refusal of len() of a non-sequence
                 replaced = param_block.last_spans
-                param_block.pack(args, self, "session.launch")
+                param_block.pack_new(args, self, "session.launch")
                 # The previous launch may still be running: hold what it used, unless the
                 # block kept those very spans (new scalars alone), which it still references.
                 if replaced and replaced is not param_block.last_spans:

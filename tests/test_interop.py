@@ -483,12 +483,13 @@ def test_the_table_of_kept_spans_stays_bounded(direct_fields):
     from tenferro.interop import imports, producers
 
     s = _ImportingSession()
-    producers.kept.clear()
+    table = producers.kept[tf.TensorRef]  # a table a span class
+    table.clear()
     held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX)]
-    assert len(producers.kept) == producers.KEPT_MAX  # the last size kept whole
+    assert len(table) == producers.KEPT_MAX  # the last size kept whole
     held += [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX,
                                                                        producers.KEPT_MAX + 5)]
-    assert len(producers.kept) == 5  # the first past it dropped the table and began again
+    assert len(table) == 5  # the first past it dropped the table and began again
     assert imports.tensor(s, held[-1].owner) is held[-1]  # the newest entries stay
     assert [h.ptr for h in held[:2]] == [0x1000, 0x1010]
 
@@ -706,7 +707,7 @@ def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
 
     s, x = _ImportingSession(), _TorchTensor(0x1000)
     setattr(x, change, value)
-    assert producers.fast_span(_TorchTensor)(s, x, tf.TensorRef, "session.tensor") is None
+    assert producers.fast_span(_TorchTensor)[0](s, x) is None
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: " + msg):
         imports.tensor(s, x)
     assert s.deferred == [] and s.held == []
@@ -716,17 +717,17 @@ def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch):
     from tenferro.interop import producers
 
     s = _ImportingSession()
-    make = producers.fast_span(_TorchTensor)
+    make = producers.fast_span(_TorchTensor)[0]
     last = _TorchTensor((1 << 64) - 48)  # its last byte is the address space's last
-    assert make(s, last, tf.TensorRef, "op").hi == 1 << 64
-    assert make(s, _TorchTensor((1 << 64) - 44), tf.TensorRef, "op") is None
-    assert make(s, _TorchTensor(0x1004), tf.TensorRef, "op").ptr == 0x1004  # aligned to 4
-    assert make(s, _TorchTensor(0x1002), tf.TensorRef, "op") is None
+    assert make(s, last).hi == 1 << 64
+    assert make(s, _TorchTensor((1 << 64) - 44)) is None
+    assert make(s, _TorchTensor(0x1004)).ptr == 0x1004  # aligned to 4
+    assert make(s, _TorchTensor(0x1002)) is None
     for field, value in (("requires_grad", True), ("is_cuda", False), ("dtype", "complex64"),
                          ("fail", "sparse tensors have no data_ptr")):
         x = _TorchTensor(0x1000)
         setattr(x, field, value)
-        assert make(s, x, tf.TensorRef, "op") is None  # the general path says why
+        assert make(s, x) is None  # the general path says why
     assert s.deferred == []
 
 
@@ -822,3 +823,14 @@ def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkey
     monkeypatch.setattr(producers, "kept_compact", lambda *a: made.append(a))
     monkeypatch.setattr(producers, "_c_layout", lambda *a: made.append(a))
     assert imports.tensor(s, x) is span and made == []  # the fields match: no layout, no span
+
+
+def test_a_torch_tensors_read_only_and_writable_spans_are_kept_apart(fake_torch):
+    from tenferro.interop import imports, producers
+
+    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    ref, mut = imports.tensor(s, x), imports.tensor_mut(s, x)
+    assert type(ref) is tf.TensorRef and type(mut) is tf.TensorMut
+    assert imports.tensor(s, x) is ref and imports.tensor_mut(s, x) is mut  # each its own
+    assert producers.kept[tf.TensorRef][id(x)]() is ref
+    assert producers.kept[tf.TensorMut][id(x)]() is mut

@@ -155,10 +155,10 @@ def tensor(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) ->
         kind = x.__class__
         if kind is Tensor and x.session is s:
             return x.span(TensorRef)
-        make = fast_spans.get(kind, _UNSEEN)
-        if make is _UNSEEN:
-            make = fast_span(kind)
-        if make is not None and (span := make(s, x, TensorRef, "session.tensor")) is not None:
+        makers = fast_spans.get(kind, _UNSEEN)
+        if makers is _UNSEEN:
+            makers = fast_span(kind)
+        if makers is not None and (span := makers[0](s, x)) is not None:
             return span
     return import_span(s, x, TensorRef, dtype, allow_strided, "session.tensor", defer=True)
 
@@ -169,10 +169,10 @@ def tensor_mut(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False
         kind = x.__class__
         if kind is Tensor and x.session is s:
             return x.span(TensorMut)
-        make = fast_spans.get(kind, _UNSEEN)
-        if make is _UNSEEN:
-            make = fast_span(kind)
-        if make is not None and (span := make(s, x, TensorMut, "session.tensor_mut")) is not None:
+        makers = fast_spans.get(kind, _UNSEEN)
+        if makers is _UNSEEN:
+            makers = fast_span(kind)
+        if makers is not None and (span := makers[1](s, x)) is not None:
             return span
     return import_span(s, x, TensorMut, dtype, allow_strided, "session.tensor_mut",
                        defer=True)

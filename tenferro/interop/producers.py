@@ -19,10 +19,10 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import ValidationError, negated_view, wrong_device
-from ..spans import ADDRESS_END
+from ..spans import ADDRESS_END, TensorMut, TensorRef
 from .streams import LEGACY
 
-__all__ = ["direct_reader", "fast_span", "kept_compact", "torch_current_stream"]
+__all__ = ["direct_reader", "fast_span", "keep", "kept_compact", "torch_current_stream"]
 
 # (ptr, shape, byte strides, scalar type, producer stream, nbytes when C-contiguous or -1).
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
@@ -30,10 +30,11 @@ Reader = Callable[[Any, int, str], "Direct | None"]
 
 readers: dict[type, Reader | None] = {}
 
-# (session, array, span class, op) -> the array's compact span, or None where `import_span`
+# (session, array) -> the array's compact span of one class, or None where `import_span`
 # decides (anything but a compact array of the session's device that needs no refusal).
-FastSpan = Callable[[Any, Any, type, str], Any]
-fast_spans: dict[type, FastSpan | None] = {}
+FastSpan = Callable[[Any, Any], Any]
+# Per array class: its makers of a TensorRef and of a TensorMut, or None.
+fast_spans: dict[type, tuple[FastSpan, FastSpan] | None] = {}
 
 
 def direct_reader(cls: type) -> Reader | None:
@@ -54,18 +55,18 @@ def direct_reader(cls: type) -> Reader | None:
     return reader
 
 
-def fast_span(cls: type) -> FastSpan | None:
-    """The one-call span maker for arrays of exactly ``cls``, or None (decided once per class).
+def fast_span(cls: type) -> tuple[FastSpan, FastSpan] | None:
+    """The one-call span makers (read-only, writable) for arrays of exactly ``cls``, or None.
 
     torch tensors only: what ``s.tensor(x)`` of a torch tensor runs when the session is on its
-    fast path. `fast_spans` holds every decision made.
+    fast path. Decided once per class; `fast_spans` holds every decision made.
     """
     if cls in fast_spans:
         return fast_spans[cls]
     make = None
     torch = sys.modules.get("torch")
     if torch is not None and cls in (torch.Tensor, torch.nn.Parameter):
-        make = _torch_fast_span(torch)
+        make = (_torch_fast_span(torch, TensorRef), _torch_fast_span(torch, TensorMut))
     fast_spans[cls] = make
     return make
 
@@ -91,7 +92,7 @@ def _torch_dtypes(torch: Any) -> dict[Any, dtypes.ScalarType]:
         ("float64", "f64")) if hasattr(torch, name)}
 
 
-def _torch_fast_span(torch: Any) -> FastSpan:
+def _torch_fast_span(torch: Any, cls: type) -> FastSpan:
     """`read_torch` and `kept_compact` in one call, for the compact tensor a launch is given.
 
     Each field is read once; a tensor the reader would refuse or hand on (grad, host,
@@ -100,9 +101,10 @@ def _torch_fast_span(torch: Any) -> FastSpan:
     """
     by_dtype = _torch_dtypes(torch)
     current_stream = torch_current_stream(torch)
-    layouts, kept_get = _layouts, kept.get
+    layouts, table, compact = _layouts, kept[cls], cls.compact
+    kept_get = table.get
 
-    def torch_span(s: Any, x: Any, cls: type, op: str) -> Any:
+    def torch_span(s: Any, x: Any) -> Any:
         try:
             t = by_dtype.get(x.dtype)
             if t is None or x.requires_grad or not x.is_cuda or x.is_neg() or \
@@ -113,16 +115,18 @@ def _torch_fast_span(torch: Any) -> FastSpan:
             shape = x.shape
         except Exception:
             return None
-        if dev != s.device or ptr % t.itemsize:
+        if dev != s.device:
             return None
-        ref = kept_get((id(x), cls))
+        ref = kept_get(id(x))
         span = None if ref is None else ref()
-        if span is None or span.owner is not x or span.ptr != ptr or span.session is not s \
-                or span.scalar_type is not t or span.shape != shape:
+        # A kept span holds its tensor, so the id is still x's; what may have changed in
+        # place (set_, resize_, .data) is what is compared.
+        if span is None or span.ptr != ptr or span.shape != shape or span.session is not s \
+                or span.scalar_type is not t:
             layout = layouts.get((shape, t.itemsize)) or _c_layout(shape, t.itemsize)
-            if ptr + layout[2] > ADDRESS_END:
+            if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
                 return None
-            span = kept_compact(s, cls, ptr, layout[0], layout[1], t, layout[2], x)
+            span = keep(table, id(x), compact(ptr, layout[0], layout[1], t, layout[2], dev, x, s))
         stream = current_stream(dev) or LEGACY
         if stream != s.stream:
             s.ordering.defer(stream)
@@ -212,11 +216,12 @@ def _c_layout(shape: tuple[int, ...], itemsize: int) -> Layout:
     return layout
 
 
-# The compact span last made of a directly read array, per (array, span class), kept weakly:
-# the same torch tensor given again with the same fields gets the same span object, so a
-# launch given the very objects of its previous call packs nothing again.
-kept: dict[tuple[int, type], weakref.ref] = {}
-KEPT_MAX = 1024
+# The compact span last made of a directly read array, per span class and array id, kept
+# weakly: the same torch tensor given again with the same fields gets the same span object,
+# so a launch given the very objects of its previous call packs nothing again. Each table is
+# made once (makers bind it) and cleared in place.
+kept: dict[type, dict[int, weakref.ref]] = {TensorRef: {}, TensorMut: {}}
+KEPT_MAX = 1024  # entries a table
 
 
 def kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -225,15 +230,19 @@ def kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: t
 
     While the span lives it holds ``x``, so no other array can have its ``id``.
     """
-    key = (id(x), cls)
-    ref = kept.get(key)
+    table = kept[cls]
+    ref = table.get(id(x))
     if ref is not None:
         span = ref()
-        if span is not None and span.owner is x and span.session is s and span.ptr == ptr \
-                and span.shape == shape and span.strides == strides and span.scalar_type is t:
+        if span is not None and span.session is s and span.ptr == ptr and \
+                span.shape == shape and span.strides == strides and span.scalar_type is t:
             return span
-    span = cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s)
-    if len(kept) >= KEPT_MAX:  # entries of dead spans: dropped together, now and then
-        kept.clear()
-    kept[key] = weakref.ref(span)
+    return keep(table, id(x), cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s))
+
+
+def keep(table: dict[int, weakref.ref], key: int, span: Any) -> Any:
+    """Keep ``span`` in ``table`` (one of `kept`) as the span of the array whose id is ``key``."""
+    if len(table) >= KEPT_MAX:  # entries of dead spans: dropped together, now and then
+        table.clear()
+    table[key] = weakref.ref(span)
     return span
