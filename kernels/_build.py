@@ -11,7 +11,8 @@ import numpy as np
 
 from tenferro import LaunchConfig, Module, Session, ValidationError, args, dtypes
 
-__all__ = ["C_TYPES", "check_session", "function", "grid_stride", "spans_1d", "type_of"]
+__all__ = ["C_TYPES", "check_session", "function", "grid_stride", "session_table", "spans_1d",
+           "type_of", "workspace"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -42,8 +43,9 @@ def check_session(s: Any, op: str) -> None:
 
 
 # Per open session, the Functions already looked up: (file, expressions, suffix, name) ->
-# Function. A relaunch finds its kernel in one dictionary, not through the resource cache and
-# the module; the table goes with the session (the session checks use at launch).
+# Function, its workspaces (name -> Tensor) and what entry points keep (cumsum's plans). A
+# relaunch finds its kernel in one dictionary, not through the resource cache and the module;
+# the table goes with the session (the session checks use at launch).
 _functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -63,16 +65,9 @@ class _Table(dict):
 _last: tuple[Any, _Table | None] = (None, None)  # (session, its table)
 
 
-def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
-             arch_suffix: str = "") -> Any:
-    """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
-
-    ``expressions`` are the template instantiations the file is compiled with; they are part
-    of the cache key, so a file is compiled once for each set asked. ``arch_suffix="a"``
-    compiles for the device's architecture-specific target (sm_90a for wgmma).
-    """
+def session_table(s: Any) -> _Table:
+    """The session's table: its Functions, workspaces and what entry points keep there."""
     global _last
-    key = (file, expressions, arch_suffix, name)
     last, table = _last
     if last is not s:
         table = _functions.get(s)
@@ -81,6 +76,33 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
             s.liveness.add_cache(table)
         if s.is_open:
             _last = (s, table)
+    return table
+
+
+def workspace(s: Any, words: int, name: str = "workspace") -> Any:
+    """The session's u64 workspace ``name`` of at least ``words`` words, kept between calls.
+
+    Zeroed when made (again larger, where more words are asked), and never after: it is for
+    kernels that leave it as they need to find it. Launches are ordered on the session's
+    stream, so they share it.
+    """
+    table = session_table(s)
+    ws = table.get(name)
+    if ws is None or ws.size < words:
+        ws = table[name] = s.alloc_zeros((words,), np.uint64)
+    return ws
+
+
+def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
+             arch_suffix: str = "") -> Any:
+    """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
+
+    ``expressions`` are the template instantiations the file is compiled with; they are part
+    of the cache key, so a file is compiled once for each set asked. ``arch_suffix="a"``
+    compiles for the device's architecture-specific target (sm_90a for wgmma).
+    """
+    key = (file, expressions, arch_suffix, name)
+    table = session_table(s)
     fn = table.get(key)
     if fn is not None and s.is_open:
         return fn

@@ -1,4 +1,8 @@
-"""sum and max of a whole array in one pass (warp shuffles, one atomic a block)."""
+"""sum and max of a whole array in one launch (the last block to finish folds the blocks').
+
+No memset before it: the blocks' partials and their counter live in the session's workspace,
+which the kernel leaves as it found it.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any
 
 from tenferro import ValidationError, u64
 
-from ._build import C_TYPES, check_session, function, grid_stride
+from ._build import C_TYPES, check_session, function, grid_stride, workspace
 
 __all__ = ["max", "sum"]
 
@@ -24,24 +28,19 @@ def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
         raise ValidationError(f"{op}: x is {t.name}; {kind} takes {list(_TYPES)}")
     if kind == "max" and xr.size == 0:
         raise ValidationError(f"{op}: x is empty; max has no identity to return")
-    # The blocks fold into out from its first value: 0 for sum; for max every bit set, a
-    # NaN, which the kernel's max takes as below every value (its fmax and compare-and-swap).
-    if kind == "sum":
-        out = s.alloc_zeros((), t.numpy)
-    else:
-        out = s.alloc_output((), t.numpy)
-        s.memset(out, 0xFF)
-    if xr.size:
-        fn = function(s, _FILE, _NAMES[kind, t.name], _EXPRS)
-        s.launch(fn, grid_stride(s, xr.size, per_thread=4), [s.tensor_mut(out), xr, u64(xr.size)])
+    out = s.alloc_output((), t.numpy)
+    config = grid_stride(s, xr.size, per_thread=4)  # one block at least: it writes out
+    ws = workspace(s, 1 + config.grid[0])  # the counter, then a partial a block
+    fn = function(s, _FILE, _NAMES[kind, t.name], _EXPRS)
+    s.launch(fn, config, [s.tensor_mut(out), xr, u64(xr.size), s.tensor_mut(ws)])
     return out
 
 
 def sum(s: Any, x: Any) -> Any:
     """The sum of every element of ``x`` (f32 or f64) as a new 0-d Tensor; 0 for empty x.
 
-    Blocks add into the result with atomics, so the rounding of f32 sums may differ in the
-    last bits from run to run.
+    The blocks' sums are added in block order, so a sum of the same x on the same device is
+    the same to the last bit every run; it can differ from numpy's in the last bits.
     """
     return _reduce(s, "sum", x, "kernels.sum")
 

@@ -222,8 +222,11 @@ transpose(T* __restrict__ y, const T* __restrict__ x, unsigned rows, unsigned co
 // increasing index order (CUB's single-pass scan relies on the same), so those blocks already
 // hold an SM and finish without waiting on t. An atomic ticket a block gave the same order for
 // certain and cost 2.5% (156.5 against 152.7 us on the H200, 256 MiB f32): its round trip
-// delays every tile's first load. All of state is zero at the launch. Tiles are THREADS x
-// ITEMS elements; STRIDE and SLEEP shape the look-back's polling (rows.py chooses them).
+// delays every tile's first load. A flag is (epoch << 2) | kind, kind 1 or 2: a word of
+// another epoch (an earlier launch's, or zero) reads as nothing published, so the state needs
+// no clearing between launches that each take a new epoch (rows.py counts them; a captured
+// launch clears the state and takes epoch 0). Tiles are THREADS x ITEMS elements; STRIDE and
+// SLEEP shape the look-back's polling (rows.py chooses them).
 __device__ __forceinline__ unsigned padded(unsigned i) { return i + i / 32; }
 template <typename T> __device__ __forceinline__ T warp_total(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -234,40 +237,46 @@ template <typename T> __device__ __forceinline__ T warp_total(T v) {
 // look-back's 32 polls can land on 32 cache lines, and so on many L2 slices, instead of all
 // on two. 4-byte values travel with their flag in one 64-bit word, written and read whole, so
 // no fence is needed; 8-byte values go to sums[2t] (total) and sums[2t + 1] (inclusive
-// prefix), written before the flag (the low half of the word) with a fence between, and read
+// prefix), past the status words, written before the flag with a fence between, and read
 // after it with a fence between, from L2.
 template <typename T, int STRIDE, bool Packed = sizeof(T) == 4> struct TileStatus;
 template <typename T, int STRIDE> struct TileStatus<T, STRIDE, true> {
     volatile unsigned long long* words;
-    __device__ TileStatus(unsigned long long* state, T*) : words(state) {}
-    __device__ void publish(unsigned t, unsigned flag, T v) {
+    unsigned epoch;
+    __device__ TileStatus(unsigned long long* state, unsigned e) : words(state), epoch(e << 2) {}
+    __device__ void publish(unsigned t, unsigned kind, T v) {
         words[(unsigned long long)t * STRIDE] =
-            ((unsigned long long)flag << 32) | *reinterpret_cast<const unsigned*>(&v);
+            ((unsigned long long)(epoch | kind) << 32) | *reinterpret_cast<const unsigned*>(&v);
     }
-    // The tile's flag (0: nothing published yet) and, where it is not 0, its value.
+    // The tile's kind (0: nothing published in this epoch yet) and, where it is not 0, its
+    // value.
     __device__ unsigned poll(unsigned long long p, T& v) {
         const unsigned long long w = words[p * STRIDE];
-        const unsigned bits = (unsigned)w;
+        const unsigned bits = (unsigned)w, flag = (unsigned)(w >> 32);
         v = *reinterpret_cast<const T*>(&bits);
-        return (unsigned)(w >> 32);
+        return (flag & ~3u) == epoch ? flag & 3u : 0u;
     }
 };
 template <typename T, int STRIDE> struct TileStatus<T, STRIDE, false> {
     volatile unsigned long long* flags;
     T* sums;
-    __device__ TileStatus(unsigned long long* state, T* s) : flags(state), sums(s) {}
-    __device__ void publish(unsigned t, unsigned flag, T v) {
-        sums[2 * t + (flag == 2u)] = v;
+    unsigned epoch;
+    __device__ TileStatus(unsigned long long* state, unsigned e)
+        : flags(state), sums(reinterpret_cast<T*>(state + (unsigned long long)gridDim.x * STRIDE)),
+          epoch(e << 2) {}
+    __device__ void publish(unsigned t, unsigned kind, T v) {
+        sums[2 * t + (kind == 2u)] = v;
         __threadfence();
-        flags[(unsigned long long)t * STRIDE] = flag;
+        flags[(unsigned long long)t * STRIDE] = epoch | kind;
     }
     __device__ unsigned poll(unsigned long long p, T& v) {
-        const unsigned f = (unsigned)flags[p * STRIDE];
-        if (f != 0) {
+        const unsigned flag = (unsigned)flags[p * STRIDE];
+        const unsigned kind = (flag & ~3u) == epoch ? flag & 3u : 0u;
+        if (kind != 0) {
             __threadfence();
-            v = __ldcg(&sums[2 * p + (f == 2u)]);
+            v = __ldcg(&sums[2 * p + (kind == 2u)]);
         }
-        return f;
+        return kind;
     }
 };
 
@@ -405,7 +414,7 @@ __device__ __forceinline__ void load_tile(T* buf, const T* x, unsigned long long
 template <typename T, int THREADS, int ITEMS, int STRIDE, int SLEEP, int BLOCKS, bool ASYNC>
 __global__ void __launch_bounds__(THREADS, BLOCKS)
 scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long* state,
-                 T* sums, unsigned long long n, unsigned ahead) {
+                 unsigned long long n, unsigned ahead, unsigned epoch) {
     constexpr unsigned TILE = THREADS * ITEMS;
     extern __shared__ __align__(16) unsigned char scan_bytes[];  // TILE + TILE / 32 of T
     T* buf = reinterpret_cast<T*>(scan_bytes);
@@ -420,7 +429,7 @@ scan_single_pass(T* __restrict__ y, const T* __restrict__ x, unsigned long long*
 #endif
     load_tile<T, THREADS, ITEMS, ASYNC>(buf, x, base, n);
     __syncthreads();
-    TileStatus<T, STRIDE> status(state, sums);
+    TileStatus<T, STRIDE> status(state, epoch);
     scan_tile<T, THREADS, ITEMS, STRIDE, SLEEP, BLOCKS * THREADS <= 1024>(
         buf, t, status, warp_totals, &tile_prefix);
     __syncthreads();

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from tenferro import LaunchConfig, ValidationError, u32, u64
 
-from ._build import C_TYPES, check_session, function
+from . import _build
+from ._build import C_TYPES, check_session, function, workspace
 
 __all__ = ["cumsum", "softmax", "transpose"]
 
@@ -156,6 +155,39 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
+    table = _build.session_table(s)
+    plans = table.get("cumsum plans")
+    if plans is None:
+        plans = table["cumsum plans"] = {}
+    plan = plans.get((n, t))
+    if plan is None:
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plan = plans[(n, t)] = _scan_plan(s, t, n)
+    fn, config, words, args = plan
+    # The tiles' status words (and, for 8-byte types, their sums after them) are the
+    # session's, kept between calls: each launch takes a new epoch instead of clearing them
+    # (rows.cu). A captured launch is replayed with the epoch it was captured with, so it
+    # clears them first, in the graph, and takes epoch 0, which no other launch takes.
+    state = workspace(s, words, "cumsum state")
+    if s.liveness.capturing:
+        epoch = 0
+        s.memset(state, 0)
+    else:
+        epoch = table.get("cumsum epoch", 0) + 1
+        if epoch > _MAX_EPOCH:  # flags have 30 bits for it: start again from a cleared state
+            s.memset(state, 0)
+            epoch = 1
+        table["cumsum epoch"] = epoch
+    s.launch(fn, config, [om, xr, s.tensor_mut(state), *args, u32(epoch)])
+
+
+_MAX_PLANS = 256  # sizes and types a session keeps the launch of
+_MAX_EPOCH = (1 << 30) - 1
+
+
+def _scan_plan(s: Any, t: Any, n: int) -> tuple:
+    """(Function, config, state words, (u64 n, u32 tiles ahead)) of a scan of n elements."""
     for config in (SCAN_CONFIG, SCAN_SMALL):
         threads, items, stride = config[:3]
         tile = threads * (items // 2 if t.itemsize == 8 else items)
@@ -166,17 +198,11 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if tiles > _MAX_GRID_X:
         raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
                               f"{_MAX_GRID_X * tile}")
-    # A status word every `stride` words, zeroed for each scan; 8-byte types keep their values
-    # apart. Both are the session's, kept between calls (a launch holds them while it runs).
-    words, count = tiles * stride, 2 * tiles if t.itemsize == 8 else 1
-    state = s.resource(("kernels.cumsum state", words),
-                       lambda s: s.alloc_output((words,), np.uint64))
-    s.memset(state, 0)
-    sums = s.resource(("kernels.cumsum sums", count, t.name),
-                      lambda s: s.alloc_output((count,), t.numpy))
+    # A status word every `stride` words; 8-byte types keep their values apart, after them.
+    words = tiles * stride + (2 * tiles if t.itemsize == 8 else 0)
     fn = function(s, _FILE, _scan_name(t.name, config), _EXPRS)
     ahead = 0
     if s.context.compute_capability >= (9, 0):
         ahead = s.context.attribute("MULTIPROCESSOR_COUNT") * SCAN_AHEAD // (tile * t.itemsize)
-    s.launch(fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem),
-             [om, xr, s.tensor_mut(state), s.tensor_mut(sums), u64(n), u32(min(ahead, tiles))])
+    return (fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem), words,
+            (u64(n), u32(min(ahead, tiles))))

@@ -29,10 +29,10 @@ def _launches():
         "elementwise.cu": [(maps._FILL[t], [t, t, u64]) for t in maps._FILL_TYPES]
         + [(maps._CAST[(to, fr)], [to, fr, u64]) for to, fr in maps._CASTS]
         + [(maps._AXPY[t], [t, t, t, u64]) for t in maps._AXPY_TYPES],
-        "reduce.cu": [(name, [t, t, u64]) for (_, t), name in reduce._NAMES.items()],
+        "reduce.cu": [(name, [t, t, u64, u64]) for (_, t), name in reduce._NAMES.items()],
         "rows.cu": [(rows._TRANSPOSE[rows._T_CTYPES[t], e], [t, t, u32, u32])
                     for t in rows._T_TYPES for e in rows.TRANSPOSE_TILES]
-        + [(rows._scan_name(t, c), [t, t, u64, t, u64, u32])
+        + [(rows._scan_name(t, c), [t, t, u64, u64, u32, u32])
            for t in rows._S_TYPES for c in rows.SCAN_CONFIGS]
         + [(name, ["f32", "f32", u32, u32]) for name in softmax],
         "matmul.cu": [("matmul_f32", ["f32", "f32", "f32", u32, u32, u32])]

@@ -38,3 +38,47 @@ def test_max_skips_nans_and_of_negatives_only_is_the_largest(session, rng, dtype
     tiny = np.array([-0.75], dtype)  # one element: one block, its atomic replaces the start
     assert float(session.download(k.max(session, session.upload(tiny)))) == -0.75
     assert float(session.download(k.sum(session, session.upload(tiny)))) == -0.75
+
+
+def _workspace(session):
+    from tenferro.kernels import _build
+
+    return session.download(_build.session_table(session)["workspace"])
+
+
+@pytest.mark.gpu
+def test_the_workspace_grows_with_the_grid_and_is_left_as_found(session, rng):
+    small = rng.standard_normal(1000)  # one block: a workspace of two words
+    big = rng.standard_normal((1 << 22) + 3)  # the capped grid: a block an SM times 8
+    xs, xb = session.upload(small), session.upload(big)
+    assert float(session.download(k.sum(session, xs))) == pytest.approx(small.sum(), abs=1e-12)
+    assert _workspace(session).shape == (2,) and _workspace(session)[0] == 0
+    got = float(session.download(k.sum(session, xb)))  # a larger workspace, made zeroed
+    assert abs(got - big.sum()) <= 1e-13 * np.abs(big).sum()
+    blocks = session.context.attribute("MULTIPROCESSOR_COUNT") * 8
+    ws = _workspace(session)
+    assert ws.shape == (1 + blocks,) and ws[0] == 0  # the counter is back at 0
+    assert float(session.download(k.max(session, xs))) == small.max()  # the large one serves
+    assert _workspace(session).shape == (1 + blocks,)
+
+
+@pytest.mark.gpu
+def test_an_f32_sum_is_the_same_to_the_bit_every_run(session, rng):
+    big = rng.standard_normal((1 << 22) + 3).astype(np.float32)
+    small = rng.standard_normal(999).astype(np.float32)
+    xb, xs = session.upload(big), session.upload(small)
+    first = session.download(k.sum(session, xb))
+    assert abs(float(first) - big.astype(np.float64).sum()) <= 1e-6 * np.abs(big).sum()
+    for _ in range(4):  # interleaved with other grids on the same workspace
+        assert session.download(k.sum(session, xb)).tobytes() == first.tobytes()
+        assert float(session.download(k.max(session, xs))) == small.max()
+        assert abs(float(session.download(k.sum(session, xs))) -
+                   small.astype(np.float64).sum()) <= 1e-6 * np.abs(small).sum()
+
+
+@pytest.mark.gpu
+def test_an_empty_sum_writes_its_zero(session, rng):
+    for _ in range(3):  # freed NaN memory the result's allocation may be given
+        junk = session.upload(np.full(1, np.nan))
+        del junk
+        assert float(session.download(k.sum(session, session.upload(np.zeros(0))))) == 0.0

@@ -144,3 +144,54 @@ def test_scan_takes_the_small_tile_where_shared_memory_is_short(session, rng, mo
                         function(s, f, name, e))
     _check_scans(session, rng, 5 * 16384 + 7)
     assert names == [rows._scan_name(t, rows.SCAN_SMALL) for t in ("f64", "i32", "f32")]
+
+
+@pytest.mark.gpu
+def test_scans_of_other_sizes_and_types_in_turn_read_no_stale_status(session, rng):
+    # One state for all: each launch's epoch makes the words the last ones left unreadable.
+    for n in (300 * 4096 + 5, 5000, 300 * 4096 + 5, 17, 8193):
+        _check_scans(session, rng, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_scan_epoch_wraps_to_a_cleared_state(session, rng, dtype):
+    from tenferro.kernels import _build
+
+    def scan(n):
+        x = rng.standard_normal(n).astype(dtype)
+        out = poisoned(session, (n,), dtype)
+        k.cumsum(session, out, session.upload(x))
+        np.testing.assert_allclose(session.download(out), np.cumsum(x.astype(np.float64)),
+                                   rtol=1e-4, atol=1e-3 * np.sqrt(n))
+
+    big = 40 * 8192 + 3
+    scan(big)  # epoch 1 on every tile's status word
+    table = _build.session_table(session)
+    assert table["cumsum epoch"] == 1
+    table["cumsum epoch"] = rows._MAX_EPOCH - 1
+    scan(100)  # one tile: the words of the others keep epoch 1
+    assert table["cumsum epoch"] == rows._MAX_EPOCH  # the last epoch taken as it is
+    scan(big)  # epoch 1 again: only a cleared state keeps the first scan's words out
+    assert table["cumsum epoch"] == 1
+
+
+@pytest.mark.gpu
+def test_a_captured_scan_replays_right_between_launches_of_its_own(session, rng):
+    n = 40 * 8192 + 3
+    x, out = session.upload(rng.standard_normal(n)), poisoned(session, (n,), np.float64)
+    k.cumsum(session, out, x)  # its plan and state made before the capture (no allocation in it)
+    with session.capture() as cap:
+        k.cumsum(session, out, x)
+    assert cap.graph is not None and cap.graph.node_count == 2  # clear the state, scan
+    for _ in range(3):
+        for replay in (True, False):  # the graph, then the eager launch, on the same state
+            xs = rng.standard_normal(n)
+            session.copy(x, session.upload(xs))
+            session.memset(out, 0xFF)
+            if replay:
+                cap.graph.launch()
+            else:
+                k.cumsum(session, out, x)
+            np.testing.assert_allclose(session.download(out), np.cumsum(xs), rtol=1e-10,
+                                       atol=1e-9)
