@@ -5,7 +5,9 @@ bound launches) to `Liveness.hold`. They stay referenced until the stream has pa
 work: every `fence_every` holds, or `fence_bytes` allocated, the list so far goes to a fence
 event, and fences the GPU has passed are retired; `release_all` (after a synchronize) drops
 everything. During a capture the holds go to the graph instead (`begin_capture` /
-`end_capture`), and Tensors dropped meanwhile are freed after it (`defer_free`).
+`end_capture`), and Tensors dropped meanwhile are freed after it (`defer_free`). The blocks
+of small Tensors dropped are kept for the next small allocation (`keep_block` /
+`take_block`): work on the stream uses them in stream order, as the pool's own reuse would.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from typing import Any
 
 from . import _driver
 
-__all__ = ["Liveness", "retain"]
+__all__ = ["SPARE_BLOCK_BYTES", "Liveness", "retain"]
+
+SPARE_BLOCK_BYTES = 256  # a Tensor of at most this many bytes gets a block of this size
+SPARE_BLOCKS_MAX = 64  # blocks kept for reuse; past it a dropped small Tensor is freed
 
 
 class Liveness:
@@ -26,8 +31,8 @@ class Liveness:
     """
 
     __slots__ = ("allocated", "caches", "capturing", "deferred_frees", "fence_bytes",
-                 "fence_every", "fences", "generation", "held", "retained", "spare_events",
-                 "stream")
+                 "fence_every", "fences", "generation", "held", "retained", "spare_blocks",
+                 "spare_events", "stream")
 
     def __init__(self, stream: int, fence_every: int, fence_bytes: int) -> None:
         self.stream = stream
@@ -38,6 +43,7 @@ class Liveness:
         self.spare_events: list[int] = []
         self.retained: list = []
         self.deferred_frees: list[int] = []
+        self.spare_blocks: list[int] = []  # SPARE_BLOCK_BYTES each, free for the next Tensor
         self.caches: list = []  # argument caches of Functions and NumbaKernels
         self.allocated = 0  # bytes allocated since the last fence
         self.capturing = False
@@ -108,6 +114,26 @@ class Liveness:
         """Free ``ptr`` after the capture (a free during it would become a graph node)."""
         self.deferred_frees.append(ptr)
 
+    def keep_block(self, ptr: int) -> bool:
+        """Keep the dropped small Tensor's block ``ptr`` for reuse; False where it must be freed.
+
+        Only outside a capture (a block reused there would tie the graph to later work).
+        """
+        if self.capturing or len(self.spare_blocks) >= SPARE_BLOCKS_MAX:
+            return False
+        self.spare_blocks.append(ptr)
+        return True
+
+    def take_block(self) -> int:
+        """A kept block for a new small Tensor, or 0 where none is kept."""
+        return self.spare_blocks.pop() if self.spare_blocks else 0
+
+    def free_spare_blocks(self) -> None:
+        """Free the kept blocks on the stream (`trim_memory`, `close`)."""
+        blocks, self.spare_blocks = self.spare_blocks, []
+        for ptr in blocks:
+            _driver.mem_free_async(ptr, self.stream)
+
     def free_deferred(self) -> None:
         """Free what `defer_free` kept, now that the stream records again."""
         frees, self.deferred_frees = self.deferred_frees, []
@@ -118,6 +144,7 @@ class Liveness:
         """Free what is deferred, drop everything and destroy the fence events (idle stream)."""
         try:
             self.free_deferred()
+            self.free_spare_blocks()
         except Exception:  # a context poisoned by a fault refuses; the process must restart
             pass
         self.held = []

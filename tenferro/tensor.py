@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import _driver, dtypes
+from ._liveness import SPARE_BLOCK_BYTES
 from .dtypes import ScalarType
 from .dtypes import is_int as _is_int
 from .errors import RuntimeStateError, ValidationError
@@ -65,8 +66,12 @@ class Tensor:
         self.shape = shape
         self.scalar_type = t
         self.strides = c_strides(shape, t.itemsize)
-        self.nbytes = n * t.itemsize
-        self.ptr = session.context.alloc_async(self.nbytes, session.stream, op)
+        nbytes = self.nbytes = n * t.itemsize
+        if nbytes > SPARE_BLOCK_BYTES:
+            self.ptr = session.context.alloc_async(nbytes, session.stream, op)
+        else:  # a block a small Tensor left, or a new one of that size: it may be kept too
+            self.ptr = session.liveness.take_block() or session.context.alloc_async(
+                SPARE_BLOCK_BYTES, session.stream, op)
         return self
 
     def span(self, cls: type) -> Span:
@@ -100,7 +105,7 @@ class Tensor:
             if s.is_open and s.thread == threading.get_ident():
                 if s.liveness.capturing:  # a free now would become a node of the graph
                     s.liveness.defer_free(ptr)
-                else:
+                elif self.nbytes > SPARE_BLOCK_BYTES or not s.liveness.keep_block(ptr):
                     _driver.mem_free_async(ptr, s.stream)
                 return
             # Another thread (a garbage collection there) or a closed session: make the context
@@ -231,7 +236,8 @@ def memory_stats(s: Any) -> dict[str, int]:
     """Bytes of tenferro's memory pool on this device: reserved from the device and used.
 
     ``reserved_bytes`` / ``used_bytes`` now, ``*_high`` their peaks. Freed Tensors stay
-    reserved for reuse until `trim_memory` or the end of the session.
+    reserved for reuse until `trim_memory` or the end of the session; the blocks of freed
+    small Tensors (at most 64 of 256 bytes) count as used until then.
     """
     s.check_use("session.memory_stats")
     return s.context.pool_stats()
@@ -243,6 +249,7 @@ def trim_memory(s: Any, keep_bytes: int = 0) -> None:
     s.check_use(op)
     if not _is_int(keep_bytes) or not 0 <= keep_bytes < _ADDRESS_END:
         raise ValidationError(f"{op}: {keep_bytes=} must be an int >= 0")
+    s.liveness.free_spare_blocks()
     s.context.trim_pool(int(keep_bytes), op)
 
 

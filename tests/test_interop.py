@@ -420,6 +420,9 @@ class _ImportingSession:
     def alloc_async(self, nbytes, stream, op):
         return 0x8000
 
+    def take_block(self):  # no small blocks kept for reuse
+        return 0
+
     def defer(self, stream):
         self.deferred.append(stream)
 

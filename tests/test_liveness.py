@@ -76,6 +76,25 @@ def test_holds_fence_every_n_and_go_when_the_gpu_has_passed(fake):
     assert fake.next_event == made and fake.recorded[-1] == (ev, 7)
 
 
+def test_small_blocks_are_kept_up_to_the_limit_outside_captures_and_freed_on_the_stream(fake):
+    live = _liveness.Liveness(stream=7, fence_every=1000, fence_bytes=1 << 30)
+    assert live.take_block() == 0  # none kept yet: the caller allocates
+    kept = [0x1000 + 256 * i for i in range(_liveness.SPARE_BLOCKS_MAX)]
+    assert all(live.keep_block(p) for p in kept)  # up to the last one the limit takes
+    assert not live.keep_block(0x9000)  # the first past it: the caller frees it
+    assert live.take_block() == kept[-1] and live.keep_block(kept[-1])  # room again
+    live.begin_capture()
+    assert live.take_block() == kept[-1]
+    assert not live.keep_block(kept[-1])  # a capture keeps no block: a graph may reuse it
+    live.end_capture([])
+    assert fake.freed == []
+    live.free_spare_blocks()
+    assert fake.freed == [(p, 7) for p in kept[:-1]] and live.take_block() == 0
+    live.keep_block(0x5000)
+    live.close()  # the session's end frees what is kept
+    assert fake.freed[-1] == (0x5000, 7)
+
+
 def test_byte_fences(fake):
     live = _liveness.Liveness(stream=1, fence_every=1000, fence_bytes=100)
     live.hold("a")

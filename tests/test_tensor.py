@@ -174,6 +174,27 @@ def test_trim_memory_on_request(session):
 
 
 @pytest.mark.gpu
+def test_a_dropped_small_tensors_block_serves_the_next_one_in_stream_order(session, rng):
+    from tenferro import kernels
+
+    x = rng.standard_normal(40).astype(np.float32)  # 160 bytes: a small Tensor
+    a = session.upload(x)
+    ptr = a.ptr
+    del a  # nothing holds it: its block is kept at once, its upload still enqueued
+    b = session.alloc_zeros((64,), np.float32)  # 256 bytes: the last size a kept block takes
+    assert b.ptr == ptr
+    np.testing.assert_array_equal(session.download(b), np.zeros(64, np.float32))  # in order
+    kernels.fill(session, b, 2.5)
+    total = kernels.sum(session, b)
+    assert float(session.download(total)) == 64 * 2.5
+    used = session.memory_stats()["used_bytes"]
+    del b, total
+    session.trim_memory()  # the kept blocks go back to the pool
+    session.synchronize()
+    assert session.memory_stats()["used_bytes"] < used
+
+
+@pytest.mark.gpu
 def test_large_allocations_fence_so_dropped_owners_go_before_a_synchronize(session):
     import weakref
 
@@ -222,10 +243,13 @@ class _Allocates:
     device, stream, is_open, thread = 2, 7, False, None
 
     def __init__(self):
-        self.context = self
+        self.context = self.liveness = self
 
     def alloc_async(self, nbytes, stream, op):
         return 0x1000
+
+    def take_block(self):  # no small blocks kept for reuse
+        return 0
 
     def push(self):  # a closed session's Tensor frees through its context: not here
         raise RuntimeError("no driver")
@@ -325,6 +349,7 @@ class _Memory:
         self.thread = threading.get_ident()
         self.context = self.liveness = self
         self.capturing, self.calls, self.held, self.allocated = capturing, [], [], 0
+        self.spare = []  # the small blocks kept for reuse, as Liveness keeps them
         self.next_ptr = 0x10000
         monkeypatch.setattr(_driver, "memset_d8_async",
                             lambda *a: self.calls.append(("memset", *a)))
@@ -350,6 +375,20 @@ class _Memory:
     def hold(self, obj):
         self.held.append(obj)
 
+    def take_block(self):
+        return self.spare.pop() if self.spare else 0
+
+    def keep_block(self, ptr):
+        self.spare.append(ptr)
+        return True
+
+    def free_spare_blocks(self):
+        self.calls += [("free", ptr, 7) for ptr in self.spare]
+        self.spare = []
+
+    def trim_pool(self, keep_bytes, op):
+        self.calls.append(("trim", keep_bytes, op))
+
 
 def test_alloc_zeros_and_upload_ask_the_driver_for_their_bytes_on_the_stream(monkeypatch):
     from tenferro import tensor as tensor_part
@@ -357,13 +396,13 @@ def test_alloc_zeros_and_upload_ask_the_driver_for_their_bytes_on_the_stream(mon
     s = _Memory(monkeypatch)
     z = tensor_part.alloc_zeros(s, (3, 5), np.int16)
     assert (z.shape, z.dtype, z.nbytes) == ((3, 5), np.int16, 30)
-    assert s.calls == [("alloc", 30, 7, "session.alloc_zeros"),
+    assert s.calls == [("alloc", 256, 7, "session.alloc_zeros"),  # a small Tensor's block
                        ("memset", z.ptr, 0, 30, 7, "session.alloc_zeros")]
     s.calls.clear()
     host = np.float32(2.5) * np.ones((), np.float32)  # 0-d stays 0-d
     t = tensor_part.upload(s, np.asarray(host))
     assert t.shape == () and t.dtype == np.float32 and s.allocated == 34
-    assert s.calls[0] == ("alloc", 4, 7, "session.upload")
+    assert s.calls[0] == ("alloc", 256, 7, "session.upload")
     assert s.calls[1][0] == "htod" and s.calls[1][1] == t.ptr and s.calls[1][3:] == \
         (4, 7, "session.upload")
     assert len(s.held) == 1 and s.held[0].shape == ()  # the host copy, until the stream passes
@@ -391,3 +430,25 @@ def test_a_tensor_whose_allocation_failed_frees_nothing(monkeypatch):
 
     gc.collect()
     assert s.calls == []  # the half-made Tensor had no pointer to free
+
+
+def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(monkeypatch):
+    from tenferro import tensor as tensor_part
+    from tenferro._liveness import SPARE_BLOCK_BYTES
+
+    s = _Memory(monkeypatch)
+    last = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES // 4,), np.float32)  # the last fit
+    past = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES + 1,), np.uint8)  # the first past it
+    assert [c[:2] for c in s.calls] == [("alloc", SPARE_BLOCK_BYTES),
+                                        ("alloc", SPARE_BLOCK_BYTES + 1)]
+    kept, freed = last.ptr, past.ptr
+    s.calls.clear()
+    del last, past
+    assert s.calls == [("free", freed, 7)] and s.spare == [kept]  # kept, not freed
+    s.calls.clear()
+    again = tensor_part.alloc_zeros(s, (3,), np.int16)
+    assert again.ptr == kept and s.calls == [("memset", kept, 0, 6, 7, "session.alloc_zeros")]
+    del again
+    s.calls.clear()
+    tensor_part.trim_memory(s, 0)
+    assert s.calls == [("free", kept, 7), ("trim", 0, "session.trim_memory")]
