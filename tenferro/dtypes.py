@@ -95,6 +95,9 @@ SCALAR_TYPES: tuple[ScalarType, ...] = (
 
 _BY_NAME = {t.name: t for t in SCALAR_TYPES}
 _BY_NUMPY = {t.numpy: t for t in SCALAR_TYPES if t.numpy is not None}
+# The same by numpy's scalar class too (np.float32, as allocations are usually asked): one
+# dictionary read, no np.dtype() made.
+_BY_DTYPE_OR_CLASS = {**_BY_NUMPY, **{dt.type: t for dt, t in _BY_NUMPY.items()}}
 # numpy dtype -> scalar type, read-only: a lookup with no conversion and no error (None: not
 # a device type), for readers that try a direct path before the general one.
 BY_NUMPY: Mapping[np.dtype, ScalarType] = MappingProxyType(_BY_NUMPY)
@@ -138,6 +141,12 @@ def from_c_name(name: str) -> ScalarType | None:
 
 def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:
     """The scalar type of a numpy dtype (or anything ``np.dtype`` accepts)."""
+    try:
+        t = _BY_DTYPE_OR_CLASS.get(dtype)
+    except TypeError:  # unhashable: np.dtype decides below
+        t = None
+    if t is not None:
+        return t
     try:
         dt = np.dtype(dtype)
     except TypeError:

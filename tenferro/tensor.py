@@ -210,6 +210,12 @@ def _import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op:
 
 
 def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
+    if shape.__class__ is tuple:  # the usual argument: a tuple of ints, taken as it is
+        for d in shape:
+            if d.__class__ is not int or d < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
     try:

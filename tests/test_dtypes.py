@@ -24,6 +24,17 @@ def test_each_row_agrees_with_numpy_dlpack_and_struct(t):
     assert struct.calcsize(t.fmt) == t.itemsize
 
 
+def test_from_numpy_takes_a_scalar_class_and_its_dtype_alike():
+    for t in dtypes.SCALAR_TYPES:
+        if t.numpy is not None:
+            assert dtypes.from_numpy(t.numpy.type) is t and dtypes.from_numpy(t.numpy) is t
+    assert dtypes.from_numpy(float).name == "f64" and dtypes.from_numpy(bool).name == "bool"
+    with pytest.raises(tf.ValidationError, match=r"op: dtype >f4 is not supported"):
+        dtypes.from_numpy(np.dtype(">f4"), "op")  # equal to no key, though its class is float32
+    with pytest.raises(tf.ValidationError, match=r"op: dtype \[\] is not supported"):
+        dtypes.from_numpy([], "op")  # unhashable: np.dtype reads it (an empty struct)
+
+
 @pytest.mark.parametrize(("dtype", "msg"), [
     (">f4", r"op: dtype >f4 is not supported on the device"),
     (object, r"op: dtype object is not supported"),

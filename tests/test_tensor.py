@@ -452,3 +452,22 @@ def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(
     s.calls.clear()
     tensor_part.trim_memory(s, 0)
     assert s.calls == [("free", kept, 7), ("trim", 0, "session.trim_memory")]
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0,), (), [2, 3], (np.int64(2), 3), 5])
+def test_a_shape_of_ints_at_least_zero_is_taken(monkeypatch, shape):
+    from tenferro import tensor as tensor_part
+
+    t = tensor_part.alloc_output(_Memory(monkeypatch), shape, np.float32)
+    assert t.shape == ((5,) if shape == 5 else tuple(int(d) for d in shape))
+    assert all(type(d) is int for d in t.shape)
+
+
+@pytest.mark.parametrize("shape", [(3, -1), (-1,), (2, True), (2.0,), "ab", None])
+def test_a_shape_with_a_negative_or_a_non_int_is_refused(monkeypatch, shape):
+    from tenferro import tensor as tensor_part
+
+    s = _Memory(monkeypatch)
+    with pytest.raises(tf.ValidationError, match=r"^session\.alloc_output: shape="):
+        tensor_part.alloc_output(s, shape, np.float32)
+    assert s.calls == [] and s.allocated == 0
