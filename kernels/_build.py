@@ -133,23 +133,23 @@ def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
     No more blocks than the items need; with ``capped``, at most ``BLOCKS_PER_SM`` a
     multiprocessor. A relaunch gets the same config object (LaunchConfig keeps plain ones).
     """
-    if not capped:
-        config = _uncapped.get((n, block, per_thread))
-        if config is not None:
-            return config
+    key = (n, block, per_thread, s.device if capped else -1)  # a cap is the device's
+    config = _configs.get(key)
+    if config is not None:
+        return config
     threads = (n + per_thread - 1) // per_thread
     blocks = (threads + block - 1) // block
     if capped:
         blocks = min(blocks, s.context.attribute("MULTIPROCESSOR_COUNT") * BLOCKS_PER_SM)
     config = LaunchConfig(max(1, min(blocks, _MAX_GRID)), block)
-    if not capped:
-        if len(_uncapped) > 4096:
-            _uncapped.clear()
-        _uncapped[(n, block, per_thread)] = config
+    if len(_configs) > 4096:
+        _configs.clear()
+    _configs[key] = config
     return config
 
 
-_uncapped: dict[tuple[int, int, int], LaunchConfig] = {}  # the configs of sizes seen, uncapped
+# The configs of sizes seen: (n, block, per_thread, device where capped, else -1) -> config.
+_configs: dict[tuple[int, int, int, int], LaunchConfig] = {}
 
 
 def type_of(span: Any) -> dtypes.ScalarType:

@@ -427,12 +427,19 @@ class ParamBlock(PackedParams):
                           "        v[0] = a",
                           "    else:",
                           f"        slot({i}, a, session, op)"]
+        # Two or three spans: each pair tested inline (`overlaps`); check_overlaps names them.
+        pair = ("(({0}.writable or {1}.writable) and {0}.lo < {1}.hi and {1}.lo < {0}.hi and "
+                "{0}.hi > {0}.lo and {1}.hi > {1}.lo)")
         lines += ["    if len(spans) == 2:",
                   "        a, b = spans",
-                  "        if (a.writable or b.writable) and a.lo < b.hi and b.lo < a.hi and "
-                  "a.hi > a.lo and b.hi > b.lo:",
+                  f"        if {pair.format('a', 'b')}:",
                   "            check_overlaps(spans, args, op)",
-                  "    elif len(spans) > 2:",
+                  "    elif len(spans) == 3:",
+                  "        a, b, c = spans",
+                  f"        if {pair.format('a', 'b')} or {pair.format('a', 'c')} or "
+                  f"{pair.format('b', 'c')}:",
+                  "            check_overlaps(spans, args, op)",
+                  "    elif len(spans) > 3:",
                   "        check_overlaps(spans, args, op)",
                   "    block.last_args, block.last_spans = tuple(args), spans",
                   "    return spans"]

@@ -794,3 +794,22 @@ def test_an_empty_argument_list_is_counted_when_nothing_is_remembered():
         block.forget()
     none = ParamBlock(tf.compile_cuda('extern "C" __global__ void z() {}').signatures["z"])
     assert none.pack([], s, "session.launch") == [] and none.pack([], s, "op") == []
+
+
+_THREE = r'''extern "C" __global__ void three(float* a, const float* b, float* c, unsigned n) {}'''
+
+
+@pytest.mark.parametrize(("ptrs", "names"), [
+    ((0x1000, 0x2000, 0x100C), ("0] (TensorMut", "2] (TensorMut")),  # a and c share a float
+    ((0x1000, 0x2000, 0x2004), ("1] (TensorRef", "2] (TensorMut")),  # b and c
+    ((0x1000, 0x100C, 0x3000), ("0] (TensorMut", "1] (TensorRef")),  # a and b
+])
+def test_each_pair_of_three_spans_is_checked_for_overlap(ptrs, names):
+    b = _block(_THREE, "three")
+    a, r, c = ptrs
+    with pytest.raises(tf.ValidationError, match=re.escape(
+            f"session.launch: args[{names[0]}) and args[{names[1]}) overlap")):
+        b.pack([_mut(a), _ref(r), _mut(c), tf.u32(4)], None, "session.launch")
+    # each span just past the one before it: the last placement accepted
+    b.pack([_mut(0x1000), _ref(0x1010), _mut(0x1020), tf.u32(4)], None, "session.launch")
+    assert _read(b, 2, "<Q") == 0x1020

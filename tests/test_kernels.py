@@ -159,7 +159,26 @@ def test_a_grid_stride_config_is_found_again_for_a_size_seen():
     assert _build.grid_stride(None, 0, capped=False).grid == (1, 1, 1)
     for n in range(5000):  # a bounded table
         _build.grid_stride(None, n, capped=False)
-    assert len(_build._uncapped) <= 4097
+    assert len(_build._configs) <= 4097
+
+
+def test_a_capped_config_is_kept_per_device():
+    class Device:  # what grid_stride reads of a session: its device and its SM count
+        def __init__(self, device, sms):
+            self.device, self.context, self.sms = device, self, sms
+
+        def attribute(self, name):
+            assert name == "MULTIPROCESSOR_COUNT"
+            return self.sms
+
+    n = 1 << 24  # 16384 blocks of 256 threads at 4 items a thread, uncapped
+    on0, on1 = Device(0, 132), Device(1, 2)
+    cfg0 = _build.grid_stride(on0, n, per_thread=4)
+    assert cfg0.grid == (132 * _build.BLOCKS_PER_SM, 1, 1)
+    assert _build.grid_stride(on1, n, per_thread=4).grid == (2 * _build.BLOCKS_PER_SM, 1, 1)
+    assert _build.grid_stride(on0, n, per_thread=4) is cfg0  # found again for its device
+    small = _build.grid_stride(on1, 256 * 4 * 2 * _build.BLOCKS_PER_SM, per_thread=4)
+    assert small.grid == (2 * _build.BLOCKS_PER_SM, 1, 1)  # the last size under the cap
 
 
 def test_spans_1d_compares_element_counts_and_types():
