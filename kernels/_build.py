@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import re
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tenferro import LaunchConfig, Module, Session, ValidationError, args, dtypes
 
-__all__ = ["C_TYPES", "check_session", "function", "grid_stride", "session_table", "spans_1d",
-           "type_of", "workspace"]
+__all__ = ["C_TYPES", "check_session", "function", "grid_stride", "plan", "session_table",
+           "spans_1d", "type_of", "workspace"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,7 +44,7 @@ def check_session(s: Any, op: str) -> None:
 
 
 # Per open session, the Functions already looked up: (file, expressions, suffix, name) ->
-# Function, its workspaces (name -> Tensor) and what entry points keep (cumsum's plans). A
+# Function, its workspaces (name -> Tensor) and the entry points' plans (`plan`). A
 # relaunch finds its kernel in one dictionary, not through the resource cache and the module;
 # the table goes with the session (the session checks use at launch).
 _functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -91,6 +92,27 @@ def workspace(s: Any, words: int, name: str = "workspace") -> Any:
     if ws is None or ws.size < words:
         ws = table[name] = s.alloc_zeros((words,), np.uint64)
     return ws
+
+
+_MAX_PLANS = 256  # launches a session keeps for the sizes and types it was asked
+
+
+def plan(s: Any, key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``'s result for ``key``, made once a session and kept in its table.
+
+    What an entry point works out for one size and type (its Function, config, scalars);
+    past `_MAX_PLANS` the kept ones go together.
+    """
+    table = session_table(s)
+    plans = table.get("plans")
+    if plans is None:
+        plans = table["plans"] = {}
+    found = plans.get(key)
+    if found is None:
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        found = plans[key] = make()
+    return found
 
 
 def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),

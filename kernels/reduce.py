@@ -10,7 +10,7 @@ from typing import Any
 
 from tenferro import ValidationError, u64
 
-from ._build import C_TYPES, check_session, function, grid_stride, workspace
+from ._build import C_TYPES, check_session, function, grid_stride, plan, workspace
 
 __all__ = ["max", "sum"]
 
@@ -29,11 +29,16 @@ def _reduce(s: Any, kind: str, x: Any, op: str) -> Any:
     if kind == "max" and xr.size == 0:
         raise ValidationError(f"{op}: x is empty; max has no identity to return")
     out = s.alloc_output((), t.numpy)
-    config = grid_stride(s, xr.size, per_thread=4)  # one block at least: it writes out
-    ws = workspace(s, 1 + config.grid[0])  # the counter, then a partial a block
-    fn = function(s, _FILE, _NAMES[kind, t.name], _EXPRS)
-    s.launch(fn, config, [s.tensor_mut(out), xr, u64(xr.size), s.tensor_mut(ws)])
+    fn, config, n, words = plan(s, (kind, xr.size, t), lambda: _plan(s, kind, t, xr.size))
+    s.launch(fn, config, [s.tensor_mut(out), xr, n, s.tensor_mut(workspace(s, words))])
     return out
+
+
+def _plan(s: Any, kind: str, t: Any, size: int) -> tuple:
+    """(Function, config, u64 size, workspace words) of a reduction of ``size`` elements."""
+    config = grid_stride(s, size, per_thread=4)  # one block at least: it writes out
+    fn = function(s, _FILE, _NAMES[kind, t.name], _EXPRS)
+    return fn, config, u64(size), 1 + config.grid[0]  # the counter, then a partial a block
 
 
 def sum(s: Any, x: Any) -> Any:

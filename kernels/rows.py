@@ -6,8 +6,7 @@ from typing import Any
 
 from tenferro import LaunchConfig, ValidationError, u32, u64
 
-from . import _build
-from ._build import C_TYPES, check_session, function, workspace
+from ._build import C_TYPES, check_session, function, plan, session_table, workspace
 
 __all__ = ["cumsum", "softmax", "transpose"]
 
@@ -85,27 +84,30 @@ def softmax(s: Any, out: Any, x: Any) -> None:
         raise ValidationError(f"{op}: x is {xr.scalar_type.name}; softmax takes f32")
     if rows == 0 or cols == 0:
         return
+    vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
+    fn, config, args = plan(s, ("softmax", rows, cols, vec, SOFTMAX_KERNEL, SOFTMAX_REG,
+                                SOFTMAX_WIDE_BLOCK), lambda: _softmax_plan(s, rows, cols, vec))
+    s.launch(fn, config, [om, xr, *args])
+
+
+def _softmax_plan(s: Any, rows: int, cols: int, vec: bool) -> tuple:
+    """(Function, config, (u32 rows, u32 cols)) of a softmax over rows x cols (vec: float4)."""
     block = SOFTMAX_WIDE_BLOCK if cols >= 4096 else 256 if cols >= 256 else \
         32 * ((cols + 31) // 32)
     grid = min(rows, 65535 * 32)
     room = s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - 1024
-    vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
+    args = (u32(rows), u32(cols))
     if vec and SOFTMAX_KERNEL == "split":
         cache = max(0, cols // 4 - SOFTMAX_REG * block) * 16
         if cache <= room:
-            s.launch(function(s, _FILE, _SPLIT[SOFTMAX_REG], _EXPRS),
-                     LaunchConfig(grid, block, shared_mem_bytes=cache),
-                     [om, xr, u32(rows), u32(cols)])
-            return
+            return (function(s, _FILE, _SPLIT[SOFTMAX_REG], _EXPRS),
+                    LaunchConfig(grid, block, shared_mem_bytes=cache), args)
     if cols * 4 <= room:
         # The row fits in shared memory: one read of x, one write of y.
         kernel = "cached" if SOFTMAX_KERNEL == "cached" else "online"
-        fn = function(s, _FILE, _SOFTMAX[kernel][vec], _EXPRS)
-        config = LaunchConfig(grid, block, shared_mem_bytes=cols * 4)
-    else:
-        fn = function(s, _FILE, "softmax_rows_f32", _EXPRS)
-        config = LaunchConfig(grid, block)
-    s.launch(fn, config, [om, xr, u32(rows), u32(cols)])
+        return (function(s, _FILE, _SOFTMAX[kernel][vec], _EXPRS),
+                LaunchConfig(grid, block, shared_mem_bytes=cols * 4), args)
+    return function(s, _FILE, "softmax_rows_f32", _EXPRS), LaunchConfig(grid, block), args
 
 
 def transpose(s: Any, out: Any, x: Any) -> None:
@@ -155,16 +157,8 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    table = _build.session_table(s)
-    plans = table.get("cumsum plans")
-    if plans is None:
-        plans = table["cumsum plans"] = {}
-    plan = plans.get((n, t))
-    if plan is None:
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plan = plans[(n, t)] = _scan_plan(s, t, n)
-    fn, config, words, args = plan
+    fn, config, words, args = plan(s, ("cumsum", n, t, SCAN_CONFIG, SCAN_AHEAD),
+                                   lambda: _scan_plan(s, t, n))
     # The tiles' status words (and, for 8-byte types, their sums after them) are the
     # session's, kept between calls: each launch takes a new epoch instead of clearing them
     # (rows.cu). A captured launch is replayed with the epoch it was captured with, so it
@@ -174,6 +168,7 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
         epoch = 0
         s.memset(state, 0)
     else:
+        table = session_table(s)
         epoch = table.get("cumsum epoch", 0) + 1
         if epoch > _MAX_EPOCH:  # flags have 30 bits for it: start again from a cleared state
             s.memset(state, 0)
@@ -182,7 +177,6 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     s.launch(fn, config, [om, xr, s.tensor_mut(state), *args, u32(epoch)])
 
 
-_MAX_PLANS = 256  # sizes and types a session keeps the launch of
 _MAX_EPOCH = (1 << 30) - 1
 
 

@@ -227,3 +227,32 @@ def test_the_last_sessions_table_is_forgotten_at_its_synchronize():
     with pytest.raises(AttributeError):  # and asks for its resources again (here: none)
         _build.function(s, "f.cu", "k")
     assert _build._last == (None, None)
+
+
+def test_a_plan_is_made_once_a_session_and_the_table_stays_bounded():
+    class Stand:  # what the session's table asks of a session
+        is_open = True
+
+        def __init__(self):
+            self.liveness, self.caches = self, []
+
+        def add_cache(self, cache):
+            self.caches.append(cache)
+
+    s, other = Stand(), Stand()
+    made = []
+
+    def make(key):
+        return lambda: made.append(key) or ("plan", key)
+
+    assert _build.plan(s, ("k", 1), make(1)) == ("plan", 1)
+    assert _build.plan(s, ("k", 1), make(1)) == ("plan", 1) and made == [1]  # kept
+    assert _build.plan(other, ("k", 1), make(1)) == ("plan", 1) and made == [1, 1]  # its own
+    for i in range(2, _build._MAX_PLANS + 1):
+        _build.plan(s, ("k", i), make(i))
+    made.clear()
+    _build.plan(s, ("k", 1), make(1))  # the last size of the table: all still kept
+    assert made == []
+    _build.plan(s, ("k", 0), make(0))  # the first past it: the table starts again
+    _build.plan(s, ("k", 1), make(1))
+    assert made == [0, 1]
