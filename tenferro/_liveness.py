@@ -20,7 +20,9 @@ from . import _driver
 __all__ = ["SPARE_BLOCK_BYTES", "Liveness", "retain"]
 
 SPARE_BLOCK_BYTES = 256  # a Tensor of at most this many bytes gets a block of this size
-SPARE_BLOCKS_MAX = 64  # blocks kept for reuse; past it a dropped small Tensor is freed
+# Blocks kept for reuse; past it a dropped small Tensor is freed. More than a fence's worth
+# (FENCE_EVERY launches), so a loop of reductions finds every result block it needs again.
+SPARE_BLOCKS_MAX = 512
 
 
 class Liveness:

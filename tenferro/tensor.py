@@ -243,7 +243,7 @@ def memory_stats(s: Any) -> dict[str, int]:
 
     ``reserved_bytes`` / ``used_bytes`` now, ``*_high`` their peaks. Freed Tensors stay
     reserved for reuse until `trim_memory` or the end of the session; the blocks of freed
-    small Tensors (at most 64 of 256 bytes) count as used until then.
+    small Tensors (at most 512 of 256 bytes) count as used until then.
     """
     s.check_use("session.memory_stats")
     return s.context.pool_stats()

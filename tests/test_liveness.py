@@ -95,6 +95,14 @@ def test_small_blocks_are_kept_up_to_the_limit_outside_captures_and_freed_on_the
     assert fake.freed[-1] == (0x5000, 7)
 
 
+def test_a_fences_worth_of_small_results_all_find_their_blocks_kept():
+    from tenferro.session import FENCE_EVERY
+
+    # A fence retires up to FENCE_EVERY launches' owners at once; each result Tensor among
+    # them leaves a block, and all of them must fit, or a loop allocates again.
+    assert _liveness.SPARE_BLOCKS_MAX >= FENCE_EVERY
+
+
 def test_byte_fences(fake):
     live = _liveness.Liveness(stream=1, fence_every=1000, fence_bytes=100)
     live.hold("a")
