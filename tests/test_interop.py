@@ -680,8 +680,8 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
     make = getattr(imports, op)
     span = make(s, x)
     cls = tf.TensorRef if op == "tensor" else tf.TensorMut
-    assert type(span) is cls and (span.ptr, span.shape, span.strides, span.nbytes, span.owner) \
-        == (0x1000, (4, 3), (12, 4), 48, x)
+    assert type(span) is cls and (span.ptr, span.shape, span.strides, span.nbytes, span.owner,
+                                  span.device) == (0x1000, (4, 3), (12, 4), 48, x, 0)
     assert make(s, x) is span and s.deferred == []  # torch's stream is the session's
     assert producers.fast_spans[_TorchTensor] is not None  # decided once for the class
     fake_torch.stream = 0  # torch's default stream: the legacy handle, ordered before the kernel

@@ -153,6 +153,8 @@ def test_the_generation_grows_at_every_change_of_the_holds_list(fake):
     seen = [live.generation]
     live.hold("a")  # a fence
     seen.append(live.generation)
+    live.hold("b")  # another: the count goes on from the last, not from a fixed value
+    seen.append(live.generation)
     saved = live.begin_capture()
     seen.append(live.generation)
     live.end_capture(saved)
@@ -166,13 +168,21 @@ def test_the_generation_grows_at_every_change_of_the_holds_list(fake):
 
 def test_close_destroys_every_event_once(fake):
     live = _liveness.Liveness(stream=1, fence_every=1, fence_bytes=1 << 30)
-    live.retain("kept")
+
+    class Owner:
+        pass
+
+    kept = Owner()
+    gone = weakref.ref(kept)
+    live.retain(kept)
+    del kept
+    assert gone() is not None  # retained until close
     live.hold("a")  # fenced at once
     live.hold("b")
     events = sorted(ev for ev, _ in live.fences)
     live.close()
     assert sorted(fake.destroyed) == events and live.retained == [] and not live.fences
-    assert live.held == []
+    assert live.held == [] and gone() is None
 
 
 def test_close_frees_what_a_capture_deferred(fake):
