@@ -22,7 +22,7 @@ from ..errors import ValidationError, negated_view, wrong_device
 from ..spans import ADDRESS_END, TensorMut, TensorRef
 from .streams import LEGACY
 
-__all__ = ["direct_reader", "fast_span", "keep", "kept_compact", "torch_current_stream"]
+__all__ = ["direct_reader", "fast_span", "kept_compact", "torch_current_stream"]
 
 # (ptr, shape, byte strides, scalar type, producer stream, nbytes when C-contiguous or -1).
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
