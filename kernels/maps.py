@@ -7,7 +7,7 @@ from typing import Any
 
 from tenferro import CompileError, ValidationError, u64
 
-from ._build import C_TYPES, check_session, function, grid_stride, scalar_for, spans_1d
+from ._build import C_TYPES, check_session, function, grid_stride, plan, scalar_for, spans_1d
 
 __all__ = ["axpy", "cast", "elementwise", "fill"]
 
@@ -30,9 +30,8 @@ def fill(s: Any, y: Any, value: Any) -> None:
     t = ym.scalar_type
     if t.name not in _FILL_TYPES:
         raise ValidationError(f"{op}: y is {t.name}; fill takes {list(_FILL_TYPES)}")
-    fn = function(s, _FILE, _FILL[t.name], _EXPRS)
-    s.launch(fn, grid_stride(s, ym.size, per_thread=4, capped=False),
-             [ym, scalar_for(t, value, op, "value"), u64(ym.size)])
+    fn, config, n = plan(s, ("fill", ym.nbytes, t), lambda: _plan(s, _FILL[t.name], ym.size, 4))
+    s.launch(fn, config, [ym, scalar_for(t, value, op, "value"), n])
 
 
 def cast(s: Any, out: Any, x: Any) -> None:
@@ -45,10 +44,10 @@ def cast(s: Any, out: Any, x: Any) -> None:
     if pair not in _CASTS:
         raise ValidationError(f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
                               f"{[f'{b}->{a}' for a, b in _CASTS]}")
-    fn = function(s, _FILE, _CAST[pair], _EXPRS)
     width = 8 if 2 in (om.scalar_type.itemsize, xr.scalar_type.itemsize) else 4  # cast_width
-    s.launch(fn, grid_stride(s, om.size, per_thread=width, capped=False),
-             [om, xr, u64(om.size)])
+    fn, config, n = plan(s, ("cast", om.size, pair), lambda: _plan(s, _CAST[pair], om.size,
+                                                                     width))
+    s.launch(fn, config, [om, xr, n])
 
 
 def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
@@ -60,9 +59,14 @@ def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
     t = ym.scalar_type
     if t.name not in _AXPY_TYPES:
         raise ValidationError(f"{op}: y is {t.name}; axpy takes {list(_AXPY_TYPES)}")
-    fn = function(s, _FILE, _AXPY[t.name], _EXPRS)
-    s.launch(fn, grid_stride(s, ym.size, per_thread=4, capped=False),
-             [ym, xr, scalar_for(t, a, op, "a"), u64(ym.size)])
+    fn, config, n = plan(s, ("axpy", ym.nbytes, t), lambda: _plan(s, _AXPY[t.name], ym.size, 4))
+    s.launch(fn, config, [ym, xr, scalar_for(t, a, op, "a"), n])
+
+
+def _plan(s: Any, name: str, size: int, per_thread: int) -> tuple:
+    """(Function, config, u64 size) of the map ``name`` over ``size`` elements."""
+    config = grid_stride(s, size, per_thread=per_thread, capped=False)
+    return function(s, _FILE, name, _EXPRS), config, u64(size)
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
