@@ -54,13 +54,21 @@ class _Table(dict):
     """One session's Functions; the last session's table is found without the weak lookup.
 
     The session makes it forget at every synchronize (its close included), so the shortcut
-    never keeps a closed session alive.
+    never keeps a closed session alive; at the close it also drops what it holds (workspaces,
+    plans), so a closed session that is still referenced keeps no device memory through it.
     """
+
+    def __init__(self, s: Any, entries: Any = ()) -> None:
+        super().__init__(entries)
+        self.session = weakref.ref(s)
 
     def forget(self) -> None:
         global _last
         if _last[1] is self:
             _last = (None, None)
+        s = self.session()
+        if s is None or not s.is_open:
+            self.clear()
 
 
 _last: tuple[Any, _Table | None] = (None, None)  # (session, its table)
@@ -73,7 +81,7 @@ def session_table(s: Any) -> _Table:
     if last is not s:
         table = _functions.get(s)
         if table is None:
-            table = _functions[s] = _Table()
+            table = _functions[s] = _Table(s)
             s.liveness.add_cache(table)
         if s.is_open:
             _last = (s, table)

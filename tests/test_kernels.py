@@ -214,16 +214,19 @@ def test_the_last_sessions_table_is_forgotten_at_its_synchronize():
 
     s, other = Stand(), Stand()
     key = ("f.cu", (), "", "k")
-    _build._functions[s] = table = _build._Table({key: "fn"})
+    _build._functions[s] = table = _build._Table(s, {key: "fn"})
     s.liveness.add_cache(table)
     assert _build.function(s, "f.cu", "k") == "fn" and _build._last == (s, table)
-    _build._functions[other] = _build._Table({key: "theirs"})
+    _build._functions[other] = _build._Table(other, {key: "theirs"})
     assert _build.function(other, "f.cu", "k") == "theirs"  # another session: its own table
     assert _build.function(s, "f.cu", "k") == "fn"
-    for c in s.liveness.caches:  # what the session's synchronize and close do
+    for c in s.liveness.caches:  # what the session's synchronize does: its table stays
         c.forget()
-    assert _build._last == (None, None)
-    s.is_open = False  # a closed session is not remembered
+    assert _build._last == (None, None) and table == {key: "fn"}
+    s.is_open = False  # what its close does: the table lets go of what it holds
+    for c in s.liveness.caches:
+        c.forget()
+    assert table == {}
     with pytest.raises(AttributeError):  # and asks for its resources again (here: none)
         _build.function(s, "f.cu", "k")
     assert _build._last == (None, None)

@@ -82,3 +82,20 @@ def test_an_empty_sum_writes_its_zero(session, rng):
         junk = session.upload(np.full(1, np.nan))
         del junk
         assert float(session.download(k.sum(session, session.upload(np.zeros(0))))) == 0.0
+
+
+@pytest.mark.gpu
+def test_a_closed_session_keeps_no_workspace(device, rng):
+    import gc
+    import weakref
+
+    from tenferro.kernels import _build
+
+    x = rng.standard_normal(5000)
+    with tf.Session(device=device) as s:
+        assert float(s.download(k.sum(s, s.upload(x)))) == pytest.approx(x.sum(), abs=1e-12)
+        ws = weakref.ref(_build.session_table(s)["workspace"])
+        assert ws() is not None
+    gc.collect()
+    assert ws() is None  # freed at the close, though `s` is still referenced
+    assert not _build.session_table(s)
