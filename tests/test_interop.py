@@ -652,7 +652,7 @@ def fake_torch(monkeypatch):
     stream is ``fake_torch.stream``; the readers' decisions per class start empty."""
     import types
 
-    from tenferro.interop import producers
+    from tenferro.interop import imports, producers
 
     torch = types.SimpleNamespace(**{n: n for n in ("float32", "float64", "int32", "bool")})
     torch.Tensor = _TorchTensor
@@ -666,10 +666,12 @@ def fake_torch(monkeypatch):
                                                  producers._layouts)]  # layouts made anew
     for table, _ in saved:
         table.clear()
+    imports.forget_fast_paths()
     yield torch
     for table, contents in saved:
         table.clear()
         table.update(contents)
+    imports.forget_fast_paths()
 
 
 @pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
@@ -705,32 +707,50 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
     ("strides", (1, 4), r"x has non-compact strides=\(4, 16\)"),
 ])
 def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
-        fake_torch, change, value, msg):
+        fake_torch, monkeypatch, change, value, msg):
     from tenferro.interop import imports, producers
 
     s, x = _ImportingSession(), _TorchTensor(0x1000)
     setattr(x, change, value)
-    assert producers.fast_span(_TorchTensor)[0](s, x) is None
+    handed = []
+    general = imports.import_span
+    monkeypatch.setattr(imports, "import_span",
+                        lambda s, x, *a, **k: handed.append(x) or general(s, x, *a, **k))
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: " + msg):
         imports.tensor(s, x)
-    assert s.deferred == [] and s.held == []
+    assert handed == [x] and s.deferred == [] and s.held == []
+    assert not producers.kept[tf.TensorRef].get(id(x))  # nothing kept for it
 
 
-def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch):
-    from tenferro.interop import producers
+def test_tensors_and_parameters_in_turn_both_take_the_one_call(fake_torch, monkeypatch):
+    from tenferro.interop import imports
 
     s = _ImportingSession()
-    make = producers.fast_span(_TorchTensor)[0]
+    x, w = _TorchTensor(0x1000), fake_torch.nn.Parameter(0x2000)
+    spans = [imports.tensor(s, x), imports.tensor(s, w)]
+    monkeypatch.setattr(imports, "import_span", lambda *a, **k: "general")
+    for _ in range(3):  # each class decided once: neither goes to the general path again
+        assert [imports.tensor(s, x), imports.tensor(s, w)] == spans
+    assert [sp.ptr for sp in spans] == [0x1000, 0x2000]
+
+
+def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch, monkeypatch):
+    from tenferro.interop import imports
+
+    s = _ImportingSession()
+    monkeypatch.setattr(imports, "import_span", lambda *a, **k: "general")
+    make = imports.tensor
     last = _TorchTensor((1 << 64) - 48)  # its last byte is the address space's last
     assert make(s, last).hi == 1 << 64
-    assert make(s, _TorchTensor((1 << 64) - 44)) is None
+    assert make(s, _TorchTensor((1 << 64) - 44)) == "general"
     assert make(s, _TorchTensor(0x1004)).ptr == 0x1004  # aligned to 4
-    assert make(s, _TorchTensor(0x1002)) is None
+    assert make(s, _TorchTensor(0x1002)) == "general"
     for field, value in (("requires_grad", True), ("is_cuda", False), ("dtype", "complex64"),
-                         ("fail", "sparse tensors have no data_ptr")):
+                         ("fail", "sparse tensors have no data_ptr"), ("neg", True),
+                         ("strides", (1, 4)), ("device", 1)):
         x = _TorchTensor(0x1000)
         setattr(x, field, value)
-        assert make(s, x) is None  # the general path says why
+        assert make(s, x) == "general", field  # the general path says why
     assert s.deferred == []
 
 

@@ -18,10 +18,18 @@ from ..spans import ADDRESS_END as _ADDRESS_END
 from ..spans import DeviceBytes, Span, TensorMut, TensorRef
 from ..tensor import Tensor
 from .foreign import check_memory, read_foreign
-from .producers import direct_reader, fast_span, fast_spans, kept_compact, readers
-from .streams import order_after
+from .producers import (
+    compact_span,
+    direct_reader,
+    fast_span,
+    fast_spans,
+    kept,
+    kept_compact,
+    readers,
+)
+from .streams import LEGACY, order_after
 
-__all__ = ["from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
+__all__ = ["forget_fast_paths", "from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
 
 _get_ident = threading.get_ident
 _UNSEEN = object()  # a class no reader was decided for yet
@@ -147,35 +155,90 @@ def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
         _order_after(s, other.stream, op)
 
 
-# tensor and tensor_mut are what a launch's argument list calls, once a tensor each: on the
-# session's fast path the session's own Tensor and a compact torch tensor take one call.
-def tensor(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:
-    """A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."""
-    if dtype is None and s.fast_path_ok and _get_ident() == s.thread:
-        kind = x.__class__
-        if kind is Tensor and x.session is s:
-            return x.span(TensorRef)
-        makers = fast_spans.get(kind, _UNSEEN)
-        if makers is _UNSEEN:
-            makers = fast_span(kind)
-        if makers is not None and (span := makers[0](s, x)) is not None:
-            return span
-    return import_span(s, x, TensorRef, dtype, allow_strided, "session.tensor", defer=True)
+def _span_import(cls: type, op: str) -> Any:
+    """``s.tensor`` (``cls`` TensorRef) or ``s.tensor_mut`` (TensorMut): a span for a launch.
+
+    What a launch's argument list calls, once a tensor each, so on the session's fast path the
+    session's own Tensor and a compact torch tensor take this one call: a torch tensor's fields
+    are read once each, and the span kept for it (`producers.kept`) is given again when they
+    are the ones it was made from. Anything else, and a tensor the one call would refuse or
+    hand on (grad, host, another device, neg bit, strided, misaligned), goes to `import_span`,
+    which reads it again and says why. The producer's stream is ordered before the session's
+    next kernel.
+    """
+    kept_get = kept[cls].get
+    # The array class whose one-call path was decided last, and its bindings (`fast_span`).
+    fast_kind: type | None = None
+    by_dtype: Any = None
+    current_stream: Any = None
+
+    def span(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> Any:
+        nonlocal fast_kind, by_dtype, current_stream
+        if dtype is None and s.fast_path_ok and _get_ident() == s.thread:
+            kind = x.__class__
+            if kind is Tensor:
+                if x.session is s:
+                    return x.span(cls)
+            else:
+                if kind is not fast_kind:  # another class than the last: decided once each
+                    fast = fast_spans.get(kind, _UNSEEN)
+                    if fast is _UNSEEN:
+                        fast = fast_span(kind)
+                    if fast is not None:
+                        fast_kind, (by_dtype, current_stream) = kind, fast
+                if kind is fast_kind:
+                    try:
+                        t = by_dtype.get(x.dtype)
+                        ok = t is not None and not x.requires_grad and x.is_cuda and \
+                            not x.is_neg() and x.is_contiguous()
+                        if ok:
+                            dev = x.get_device()
+                            ptr = x.data_ptr()
+                            shape = x.shape
+                    except Exception:
+                        ok = False
+                    if ok and dev == s.device:
+                        ref = kept_get(id(x))
+                        got = None if ref is None else ref()
+                        # A kept span holds its tensor, so the id is still x's; what may have
+                        # changed in place (set_, resize_, .data) is compared.
+                        if got is None or got.ptr != ptr or got.shape != shape or \
+                                got.session is not s or got.scalar_type is not t:
+                            got = compact_span(s, cls, x, ptr, shape, t)
+                        if got is not None:
+                            stream = current_stream(dev) or LEGACY
+                            if stream != s.stream:
+                                s.ordering.defer(stream)
+                            return got
+        return import_span(s, x, cls, dtype, allow_strided, op, defer=True)
+
+    def forget() -> None:
+        nonlocal fast_kind
+        fast_kind = None
+
+    _forgets.append(forget)
+    return span
 
 
-def tensor_mut(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
-    """An exclusive, writable span; refuses producers that marked their array read-only."""
-    if dtype is None and s.fast_path_ok and _get_ident() == s.thread:
-        kind = x.__class__
-        if kind is Tensor and x.session is s:
-            return x.span(TensorMut)
-        makers = fast_spans.get(kind, _UNSEEN)
-        if makers is _UNSEEN:
-            makers = fast_span(kind)
-        if makers is not None and (span := makers[1](s, x)) is not None:
-            return span
-    return import_span(s, x, TensorMut, dtype, allow_strided, "session.tensor_mut",
-                       defer=True)
+_forgets: list = []
+
+
+def forget_fast_paths() -> None:
+    """Decide the one-call path's array class again at the next span.
+
+    For after `producers.fast_spans` was cleared (a test standing another module in for torch).
+    """
+    for forget in _forgets:
+        forget()
+
+
+tensor = _span_import(TensorRef, "session.tensor")
+tensor.__name__ = tensor.__qualname__ = "tensor"
+tensor.__doc__ = "A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."
+tensor_mut = _span_import(TensorMut, "session.tensor_mut")
+tensor_mut.__name__ = tensor_mut.__qualname__ = "tensor_mut"
+tensor_mut.__doc__ = ("An exclusive, writable span; refuses producers that marked their array "
+                      "read-only.")
 
 
 def from_dlpack(s: Any, x: Any, *, writable: bool = False, dtype: Any = None,

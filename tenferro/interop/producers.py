@@ -22,7 +22,8 @@ from ..errors import ValidationError, negated_view, wrong_device
 from ..spans import ADDRESS_END, TensorMut, TensorRef
 from .streams import LEGACY
 
-__all__ = ["direct_reader", "fast_span", "kept_compact", "torch_current_stream"]
+__all__ = ["compact_span", "direct_reader", "fast_span", "fast_spans", "kept", "kept_compact",
+           "readers", "torch_current_stream"]
 
 # (ptr, shape, byte strides, scalar type, producer stream, nbytes when C-contiguous or -1).
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
@@ -30,11 +31,10 @@ Reader = Callable[[Any, int, str], "Direct | None"]
 
 readers: dict[type, Reader | None] = {}
 
-# (session, array) -> the array's compact span of one class, or None where `import_span`
-# decides (anything but a compact array of the session's device that needs no refusal).
-FastSpan = Callable[[Any, Any], Any]
-# Per array class: its makers of a TensorRef and of a TensorMut, or None.
-fast_spans: dict[type, tuple[FastSpan, FastSpan] | None] = {}
+# Per array class: (torch dtype -> scalar type, device -> torch's current stream) for the
+# one-call span of `imports`, or None where `import_span` serves.
+TorchFast = tuple[dict[Any, dtypes.ScalarType], Callable[[int], int]]
+fast_spans: dict[type, TorchFast | None] = {}
 
 
 def direct_reader(cls: type) -> Reader | None:
@@ -55,20 +55,20 @@ def direct_reader(cls: type) -> Reader | None:
     return reader
 
 
-def fast_span(cls: type) -> tuple[FastSpan, FastSpan] | None:
-    """The one-call span makers (read-only, writable) for arrays of exactly ``cls``, or None.
+def fast_span(cls: type) -> TorchFast | None:
+    """What ``s.tensor(x)`` of an array of exactly ``cls`` needs for its one-call path, or None.
 
-    torch tensors only: what ``s.tensor(x)`` of a torch tensor runs when the session is on its
-    fast path. Decided once per class; `fast_spans` holds every decision made.
+    torch tensors only: torch's dtype table and current-stream query (`TorchFast`), bound
+    once. Decided once per class; `fast_spans` holds every decision made.
     """
     if cls in fast_spans:
         return fast_spans[cls]
-    make = None
+    fast = None
     torch = sys.modules.get("torch")
     if torch is not None and cls in (torch.Tensor, torch.nn.Parameter):
-        make = (_torch_fast_span(torch, TensorRef), _torch_fast_span(torch, TensorMut))
-    fast_spans[cls] = make
-    return make
+        fast = (_torch_dtypes(torch), torch_current_stream(torch))
+    fast_spans[cls] = fast
+    return fast
 
 
 def torch_current_stream(torch: Any) -> Callable[[int], int]:
@@ -90,49 +90,6 @@ def _torch_dtypes(torch: Any) -> dict[Any, dtypes.ScalarType]:
         ("int64", "i64"), ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"),
         ("uint64", "u64"), ("float16", "f16"), ("bfloat16", "bf16"), ("float32", "f32"),
         ("float64", "f64")) if hasattr(torch, name)}
-
-
-def _torch_fast_span(torch: Any, cls: type) -> FastSpan:
-    """`read_torch` and `kept_compact` in one call, for the compact tensor a launch is given.
-
-    Each field is read once; a tensor the reader would refuse or hand on (grad, host,
-    another device, neg bit, strided, misaligned) gives None, and `import_span` reads it
-    again and says why. The producer's stream is deferred to the session's next kernel.
-    """
-    by_dtype = _torch_dtypes(torch)
-    current_stream = torch_current_stream(torch)
-    layouts, table, compact = _layouts, kept[cls], cls.compact
-    kept_get = table.get
-
-    def torch_span(s: Any, x: Any) -> Any:
-        try:
-            t = by_dtype.get(x.dtype)
-            if t is None or x.requires_grad or not x.is_cuda or x.is_neg() or \
-                    not x.is_contiguous():
-                return None
-            dev = x.get_device()
-            ptr = x.data_ptr()
-            shape = x.shape
-        except Exception:
-            return None
-        if dev != s.device:
-            return None
-        ref = kept_get(id(x))
-        span = None if ref is None else ref()
-        # A kept span holds its tensor, so the id is still x's; what may have changed in
-        # place (set_, resize_, .data) is what is compared.
-        if span is None or span.ptr != ptr or span.shape != shape or span.session is not s \
-                or span.scalar_type is not t:
-            layout = layouts.get((shape, t.itemsize)) or _c_layout(shape, t.itemsize)
-            if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
-                return None
-            span = keep(table, id(x), compact(ptr, layout[0], layout[1], t, layout[2], dev, x, s))
-        stream = current_stream(dev) or LEGACY
-        if stream != s.stream:
-            s.ordering.defer(stream)
-        return span
-
-    return torch_span
 
 
 def _torch_reader(torch: Any) -> Reader:
@@ -238,6 +195,19 @@ def kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: t
                 span.shape == shape and span.strides == strides and span.scalar_type is t:
             return span
     return keep(table, id(x), cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s))
+
+
+def compact_span(s: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
+                 t: dtypes.ScalarType) -> Any:
+    """A new span of ``cls`` over the compact array ``x``, kept for it.
+
+    None where it is misaligned or reaches outside the address space: `import_span` says which.
+    """
+    layout = _layouts.get((shape, t.itemsize)) or _c_layout(shape, t.itemsize)
+    if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
+        return None
+    return keep(kept[cls], id(x), cls.compact(ptr, layout[0], layout[1], t, layout[2],
+                                             s.device, x, s))
 
 
 def keep(table: dict[int, weakref.ref], key: int, span: Any) -> Any:
