@@ -5,7 +5,8 @@
 Memory-bound kernels run on 256 MiB of float32 input; each figure is the median of REPS timed
 batches of BATCH back-to-back calls, each batch enqueued behind a ~5 ms spin kernel on the
 library's own stream, with CUDA events around the batch: the device's time is measured, not the
-host's gaps between launches (the host's enqueue time a call is printed beside it); reported as
+host's gaps between launches (the host's enqueue time a call is printed beside it, and that of
+the same call given torch tensors over the same memory); reported as
 bandwidth (bytes read + written by the operation, counted once) and as a fraction of the
 device-to-device copy bandwidth measured first in the same run (`s.copy` of 256 MiB, timed
 the same way). The matrix multiply is reported in TFLOP/s and as a
@@ -164,6 +165,14 @@ def main() -> int:
             ("cumsum", 2 * b4, lambda: k.cumsum(s, out, x), lambda: torch.cumsum(tx, 0),
              lambda: cp.cumsum(cx)),
         ]
+        tout, th = torch.from_dlpack(out), torch.from_dlpack(h)
+        to2, tot = torch.from_dlpack(o2), torch.from_dlpack(ot)
+        on_torch = [  # the same calls given torch tensors over the same memory (host time)
+            lambda: k.fill(s, tout, 1.5), lambda: k.cast(s, th, tx),
+            lambda: k.axpy(s, ty, tx, 0.5),
+            lambda: k.elementwise(s, "a * x + y * y", tout, x=tx, y=ty, a=0.5),
+            lambda: k.sum(s, tx), lambda: k.max(s, tx), lambda: k.softmax(s, to2, tx2),
+            lambda: k.transpose(s, tot, tx2), lambda: k.cumsum(s, tout, tx)]
         if ns.profile:
             import cProfile
             import pstats
@@ -254,8 +263,9 @@ def main() -> int:
         copy_tbs = 2 * b4 / time_tf(s, lambda: s.copy(out, x), label="copy") / 1e9
         print(f"device copy (s.copy, 256 MiB)  {copy_tbs:5.2f} TB/s: each row's fraction is "
               "of this", flush=True)
-        for name, nbytes, f_tf, f_torch, f_cp in cases:
+        for (name, nbytes, f_tf, f_torch, f_cp), f_tf_torch in zip(cases, on_torch, strict=True):
             ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}
+            time_tf(s, f_tf_torch, label="tenferro on torch tensors")
             if f_cp is not None:
                 ms["cupy"] = time_cupy(cp, f_cp)
             row = {"op": name, "bytes": nbytes}
@@ -263,6 +273,7 @@ def main() -> int:
                 row[f"{lib}_ms"] = m
                 row[f"{lib}_TBs"] = nbytes / m / 1e9
                 row[f"{lib}_host_us"] = HOST[lib]
+            row["tenferro_torch_tensors_host_us"] = HOST["tenferro on torch tensors"]
             row["fraction_of_copy"] = row["tenferro_TBs"] / copy_tbs
             row["x_torch_time"] = ms["tenferro"] / ms["torch"]
             rows.append(row)
@@ -270,7 +281,9 @@ def main() -> int:
             print(f"{name:<26} tenferro {row['tenferro_TBs']:5.2f} TB/s "
                   f"({row['fraction_of_copy']:4.0%} of copy)  torch {row['torch_TBs']:5.2f}  "
                   f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x  host us/call "
-                  f"tenferro {row['tenferro_host_us']:.1f} torch {row['torch_host_us']:.1f}",
+                  f"tenferro {row['tenferro_host_us']:.1f} (on torch tensors "
+                  f"{row['tenferro_torch_tensors_host_us']:.1f}) torch "
+                  f"{row['torch_host_us']:.1f}",
                   flush=True)
         s.synchronize()
         mm = []
