@@ -147,17 +147,6 @@ def _array_source(value: Any, alias: dict[str, int], ir: Any) -> int | None:
     return None
 
 
-def _f_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
-    expected = itemsize
-    for d, st in zip(shape, strides, strict=True):
-        if d == 0:
-            return True
-        if d != 1 and st != expected:
-            return False
-        expected *= d
-    return True
-
-
 class NumbaParamBlock(PackedParams):
     """numba's argument layout in one buffer, with cuLaunchKernel's pointer array into it.
 
@@ -279,7 +268,7 @@ class NumbaParamBlock(PackedParams):
                 f"{op}: args[{i}] of {self.name!r} expects a {ndim}-d {t.name} array, "
                 f"got a {len(a.shape)}-d {a.scalar_type.name} span")
         if (layout == "C" and not a.is_c_contiguous) or \
-                (layout == "F" and not _f_contiguous(a.shape, a.strides, t.itemsize)):
+                (layout == "F" and not a.is_f_contiguous):
             raise ValidationError(
                 f"{op}: args[{i}] of {self.name!r} expects layout {layout!r}, got "
                 f"strides={a.strides}; compile for layout 'A' ({t.name}[:, :]) to take "

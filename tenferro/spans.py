@@ -9,18 +9,44 @@ usable only in the session that made it, and only while that session is open.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from .dtypes import ScalarType
 
-__all__ = ["ADDRESS_END", "DeviceBytes", "Span", "TensorMut", "TensorRef"]
+__all__ = ["ADDRESS_END", "DeviceBytes", "Shaped", "Span", "TensorMut", "TensorRef"]
 
 ADDRESS_END = 1 << 64  # one past the last byte a 64-bit pointer can name
 
 
-class Span:
+class Shaped:
+    """dtype, ndim and size, from ``scalar_type``, ``shape`` and ``nbytes`` (spans, Tensors)."""
+
+    __slots__ = ()
+    scalar_type: ScalarType
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def dtype(self) -> np.dtype | str:
+        """The numpy dtype (or the type's name where numpy has none, such as ``"bf16"``)."""
+        t = self.scalar_type
+        return t.numpy if t.numpy is not None else t.name
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self.nbytes // self.scalar_type.itemsize
+
+
+class Span(Shaped):
     """Common part of every span; not made directly."""
 
     __slots__ = (
@@ -89,25 +115,14 @@ class Span:
         return self
 
     @property
-    def dtype(self) -> np.dtype | str:
-        """The numpy dtype (or the type's name where numpy has none, such as bf16)."""
-        t = self.scalar_type
-        return t.numpy if t.numpy is not None else t.name
-
-    @property
-    def ndim(self) -> int:
-        """Number of dimensions."""
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return self.nbytes // self.scalar_type.itemsize
-
-    @property
     def is_c_contiguous(self) -> bool:
         """True when the elements are packed in row-major order with no gaps."""
         return self._contiguous
+
+    @property
+    def is_f_contiguous(self) -> bool:
+        """True when the elements are packed in column-major order with no gaps."""
+        return _compact(zip(self.shape, self.strides, strict=True), self.scalar_type.itemsize)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(ptr=0x{self.ptr:x}, shape={self.shape}, "
@@ -135,8 +150,13 @@ class DeviceBytes(Span):
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    return _compact(zip(reversed(shape), reversed(strides), strict=True), itemsize)
+
+
+def _compact(dims: Iterable[tuple[int, int]], itemsize: int) -> bool:
+    """True when (extent, byte stride) pairs, the fastest-varying first, leave no gaps."""
     expected = itemsize
-    for d, st in zip(reversed(shape), reversed(strides), strict=True):
+    for d, st in dims:
         if d == 0:
             return True
         if d != 1 and st != expected:

@@ -21,12 +21,12 @@ from .dtypes import ScalarType
 from .dtypes import is_int as _is_int
 from .errors import RuntimeStateError, ValidationError
 from .spans import ADDRESS_END as _ADDRESS_END
-from .spans import DeviceBytes, Span, TensorMut, TensorRef, c_strides, overlaps
+from .spans import DeviceBytes, Shaped, Span, TensorMut, TensorRef, c_strides, overlaps
 
 __all__ = ["Tensor"]
 
 
-class Tensor:
+class Tensor(Shaped):
     """A C-contiguous device array owned by tenferro.
 
     ``strides`` are in bytes, as numpy gives them. Pass a Tensor to ``s.tensor`` /
@@ -120,22 +120,6 @@ class Tensor:
                 self.context.pop()
         except Exception:  # never raise from a finaliser; a lost free leaks, it does not corrupt
             pass
-
-    @property
-    def dtype(self) -> np.dtype | str:
-        """The numpy dtype (or the type's name where numpy has none, such as ``"bf16"``)."""
-        t = self.scalar_type
-        return t.numpy if t.numpy is not None else t.name
-
-    @property
-    def ndim(self) -> int:
-        """Number of dimensions."""
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return self.nbytes // self.scalar_type.itemsize
 
     @property
     def __cuda_array_interface__(self) -> dict:

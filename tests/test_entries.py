@@ -101,3 +101,11 @@ def test_a_float64_weight_for_a_cpp_kernels_const_float_is_refused():
     with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[4\] 'weight' is "
                                                  r"float64, the kernel takes const float\*$"):
         ParamBlock(sig).pack(args, None, "session.launch")
+
+
+def test_candidates_skip_unreadable_entries_anywhere_and_sort_by_spelling():
+    entries = ["axpy", "_Z3badQQ", "_Z5scalePai", "_Z5scalePbi"]  # the skipped ones first
+    found = candidates("scale", entries)
+    # Sorted as the C signatures read, not as the mangled names do (Pai before Pbi).
+    assert [(e, d.spell()) for e, d in found] == [("_Z5scalePbi", "scale(bool*, int)"),
+                                                   ("_Z5scalePai", "scale(signed char*, int)")]

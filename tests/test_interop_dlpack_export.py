@@ -100,7 +100,8 @@ def test_unconsumed_capsule_releases_on_collection():
     ({"max_version": 1}, tf.ValidationError, r"max_version=1 must be None or a \(major, minor\)"),
     ({"dl_device": (1, 0)}, BufferError, r"dl_device=\(1, 0\) asks for another device"),
     ({"dl_device": (2, 3)}, BufferError, r"dl_device=\(2, 3\) asks for another device"),
-    ({"dl_device": "cuda"}, BufferError, r"dl_device='cuda' must be a \(device_type"),
+    ({"dl_device": "cuda"}, BufferError,
+     r"dl_device='cuda' must be a \(device_type, device_id\) tuple$"),
     ({"copy": "yes"}, tf.ValidationError, r"copy='yes' must be None, True or False"),
     ({"copy": True}, BufferError, r"copy=True needs the Tensor's session to be open"),
 ])
@@ -166,6 +167,112 @@ def test_read_only_flag_and_byte_offset_are_honoured():
     assert f.readonly and f.shape == (4,) and f.ptr == t.ptr + 16
     assert np.frombuffer(ctypes.string_at(f.ptr, 32), np.float64).tolist() == [2.0, 3.0, 4.0, 5.0]
     f.owner.release()
+
+
+class _OpenSession:
+    """What export and the deleter read of an open session on this thread."""
+
+    is_open = True
+
+    def __init__(self):
+        import threading
+        import types
+
+        self.stream, self.export_event = 0x51, 0xE0
+        self.thread = threading.get_ident()
+        self.liveness = types.SimpleNamespace(capturing=False)
+
+
+class _Context:
+    def __init__(self):
+        self.pushes = 0
+
+    def push(self):
+        self.pushes += 1
+
+    def pop(self):
+        pass
+
+
+def _open_tensor(array):
+    t = FakeTensor(array)
+    t.session, t.context = _OpenSession(), _Context()
+    return t
+
+
+@pytest.fixture
+def orderings(monkeypatch):
+    """The (waiting stream, stream waited for, event, operation) of each order_after made."""
+    calls = []
+    monkeypatch.setattr(dlpack_export, "order_after", lambda *a: calls.append(a))
+    return calls
+
+
+def test_export_orders_the_consumer_after_the_session_and_release_orders_back(orderings):
+    t = _open_tensor(np.arange(4.0))
+    alive = weakref.ref(t)
+    cap = dlpack_export.export(t, 0x77, (1, 0), None, None)  # the consumer's own stream
+    assert orderings == [(0x77, 0x51, 0xE0, "tensor.__dlpack__")]
+    f = dlpack.read_capsule(cap, "op")
+    del t, cap
+    f.owner.release()  # the consumer lets go: our stream waits for its stream first
+    assert orderings[1:] == [(0x51, 0x77, 0xE0, "tensor.__dlpack__ deleter")]
+    del f
+    gc.collect()
+    assert alive() is None  # and the reference is gone
+
+
+def test_no_ordering_where_the_consumer_asked_for_none(orderings):
+    t = _open_tensor(np.arange(4.0))
+    f = dlpack.read_capsule(dlpack_export.export(t, -1, (1, 0), None, None), "op")
+    f.owner.release()
+    assert orderings == []
+    f = dlpack.read_capsule(dlpack_export.export(t, 0x51, (1, 0), None, None), "op")
+    assert orderings == []  # the consumer's stream is the session's: nothing to order
+    f.owner.release()
+
+
+def test_a_closed_session_or_a_freed_tensor_orders_nothing(orderings):
+    closed = FakeTensor(np.arange(4.0))  # its session is closed: nothing to order on
+    f = dlpack.read_capsule(dlpack_export.export(closed, 0x77, None, None, None), "op")
+    f.owner.release()
+    assert orderings == []
+    t = _open_tensor(np.arange(4.0))
+    f = dlpack.read_capsule(dlpack_export.export(t, 0x77, None, None, None), "op")
+    t.ptr = 0  # freed since (its memory went back already)
+    f.owner.release()
+    assert orderings == [(0x77, 0x51, 0xE0, "tensor.__dlpack__")]  # the export's alone
+
+
+def test_export_takes_its_own_device_and_copy_false():
+    t = FakeTensor(np.arange(3.0))
+    for kw in ({"dl_device": (dlpack.DL_CUDA, 0)}, {"copy": False}):
+        args = {"stream": -1, "max_version": None, "dl_device": None, "copy": None, **kw}
+        f = dlpack.read_capsule(dlpack_export.export(t, **args), "op")
+        assert f.ptr == t.ptr and f.shape == (3,)
+        f.owner.release()
+
+
+@pytest.mark.parametrize(("max_version", "refused"), [
+    ((0, 0), False), ((-1, 0), True), ((1, -1), True), ((1.0, 0), True)])
+def test_max_version_parts_are_non_negative_ints(max_version, refused):
+    t = FakeTensor(np.arange(3.0))
+    if refused:
+        with pytest.raises(tf.ValidationError, match=r"^tensor\.__dlpack__: max_version="):
+            dlpack_export.export(t, -1, max_version, None, None)
+    else:
+        dlpack.read_capsule(dlpack_export.export(t, -1, max_version, None, None),
+                            "op").owner.release()
+
+
+@pytest.mark.parametrize("max_version", [None, (1, 0)])
+def test_a_0d_export_has_no_shape_or_strides_arrays(max_version):
+    t = FakeTensor(np.array(2.5))
+    cap = dlpack_export.export(t, -1, max_version, None, None)
+    name = b"dltensor" if max_version is None else b"dltensor_versioned"
+    cls = structs.DLManagedTensor if max_version is None else structs.DLManagedTensorVersioned
+    dl = cls.from_address(_managed_address(cap, name)).dl_tensor
+    assert dl.ndim == 0 and not dl.shape and not dl.strides  # NULL, as the standard allows
 
 
 # --- on the GPU ---------------------------------------------------------------------------

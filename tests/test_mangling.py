@@ -101,3 +101,67 @@ def test_what_is_not_read_is_a_value_error_naming_the_name(bad):
 def test_arrays_read_as_their_element_and_extents(mangled, spelled):
     pointee = demangle(mangled).template_args[0].pointee
     assert pointee.kind == "array" and pointee.spell() == spelled
+
+
+# Names written by hand from the Itanium ABI (each checked with binutils' c++filt): the parts
+# of the grammar NVRTC's kernels seldom use, and how each is spelled and typed.
+@pytest.mark.parametrize(("mangled", "spelled"), [
+    ("_Z1fDhi", "f(half, int)"),  # a two-letter builtin before another parameter
+    ("_Z1fDF16_", "f(_Float16)"),
+    ("_Z1fPVf", "f(volatile float*)"),
+    ("_Z1fPrf", "f(float*)"),  # restrict is no part of a kernel's ABI: dropped
+    ("_Z1fPKVf", "f(const volatile float*)"),
+    ("_Z1fPrKf", "f(const float*)"),
+    ("_Z1fPKfS_", "f(const float*, const float)"),  # S_: the qualified type, a candidate
+    ("_Z1fPKfS0_", "f(const float*, const float*)"),
+    ("_Z1fRf", "f(float*)"), ("_Z1fOf", "f(float*)"),  # references pass as pointers
+    ("_Z1f3VecIfES_IiE", "f(Vec<float>, Vec<int>)"),  # a substituted template name
+    ("_Z1fPFYviE", "f(void(int)*)"), ("_Z1fPFviE", "f(void(int)*)"),  # Y: extern "C"
+    ("_Z1fPiPfPdPcPhPsPtPjPlPmPxPySA_",  # SA_: candidate 11, base 36
+     "f(int*, float*, double*, char*, unsigned char*, short*, unsigned short*, "
+     "unsigned int*, long*, unsigned long*, long long*, unsigned long long*, "
+     "unsigned long long*)"),
+    ("_Z1fIiiiiiiiiiiifdEvT10_", "f<int, int, int, int, int, int, int, int, int, int, int, "
+     "float, double>(float)"),  # T10_: template parameter 11, base 10
+    ("_ZNK1S1fEv", "S::f()"),  # a const member function's K
+])
+def test_hand_mangled_names_of_the_rest_of_the_grammar(mangled, spelled):
+    assert demangle(mangled).spell() == spelled
+
+
+def test_each_part_of_a_name_has_its_kind():
+    nested, _, array = demangle("_Z1fN2ns1PEPA4_fS1_").params
+    assert (nested.kind, nested.spell()) == ("class", "ns::P")
+    assert (array.kind, array.spell()) == ("array", "float[4]")  # S1_: the array, a candidate
+    volatile = demangle("_Z1fPVf").params[0].pointee
+    assert volatile.kind == "volatile" and not volatile.is_const
+    assert volatile.unqualified() == CType("builtin", "float")
+    assert demangle("_Z1fPFviE").params[0].pointee.kind == "function"
+
+
+@pytest.mark.parametrize(("mangled", "value"), [
+    ("_Z1fILi3EEvv", "3"), ("_Z1fILin3EEvv", "-3"), ("_Z1fILb1EEvv", "true"),
+    ("_Z1fILb0EEvv", "false")])
+def test_literal_template_arguments_read_as_their_values(mangled, value):
+    (arg,) = demangle(mangled).template_args
+    assert arg == CType("value", value)
+
+
+@pytest.mark.parametrize(("bad", "what"), [
+    ("_Z1kP", "a type was cut off"), ("_Z1kA4f", "an array extent without its '_'"),
+    ("_Z1fPfS0_", "substitution 1 of 1"),  # the first index past the candidates
+    ("_Z1fIfEvT0_", "template parameter 1 of 1"),
+    ("_Z1fPfS1", "a substitution index was expected"),  # the index runs to the end
+    ("_Z1fPfT_", "template parameter 0 of 0"),
+    ("_Z4fillIf", "unterminated template arguments"),
+    ("_ZN2ns", "an unterminated nested name"),
+    ("_Z1fILi3", "an unterminated literal"),
+])
+def test_each_refusal_says_what_it_found(bad, what):
+    with pytest.raises(ValueError, match=rf"^cannot demangle '{bad}' at offset \d+: {what}$"):
+        demangle(bad)
+
+
+def test_the_last_substitution_and_template_parameter_are_read():
+    assert demangle("_Z1fPfS_").params[1].spell() == "float*"  # index 0 of 1 candidate
+    assert demangle("_Z1fIfEvT_").params[0].spell() == "float"

@@ -270,6 +270,29 @@ def test_c_contiguity_ignores_only_extents_of_one_and_empty_spans(shape, strides
     assert span.is_c_contiguous is contiguous
 
 
+@pytest.mark.parametrize(("shape", "strides", "c", "f"), [
+    ((2, 3), (4, 8), False, True), ((2, 3), (12, 4), True, False),  # each order, not the other
+    ((2, 3), (4, 12), False, False),  # a gap between columns
+    ((1, 3), (999, 4), True, True), ((3, 1), (4, 999), True, True),  # one row or one column
+    ((3,), (4,), True, True), ((3,), (8,), False, False), ((0, 3), (7, 4), True, True)])
+def test_f_contiguity_is_c_contiguity_with_the_order_of_extents_reversed(shape, strides, c, f):
+    from tenferro.dtypes import by_name
+
+    span = tf.TensorRef(0x1000, shape, strides, by_name("f32"), 0, None, None)
+    assert (span.is_c_contiguous, span.is_f_contiguous) == (c, f)
+
+
+def test_spans_and_tensors_say_dtype_ndim_and_size_alike():
+    from tenferro.dtypes import by_name
+    from tenferro.spans import Shaped
+
+    span = tf.TensorRef(0x1000, (2, 3), (12, 4), by_name("f32"), 0, None, None)
+    assert (span.dtype, span.ndim, span.size) == (np.dtype(np.float32), 2, 6)
+    bf16 = tf.TensorMut(0x1000, (5,), (2,), by_name("bf16"), 0, None, None)
+    assert (bf16.dtype, bf16.ndim, bf16.size) == ("bf16", 1, 5)
+    assert issubclass(tf.Tensor, Shaped) and tf.Tensor.size is Shaped.size
+
+
 @pytest.mark.parametrize(("shape", "strides"), [
     ((2, 0, 3), (12, 12, 4)), ((0,), (4,)), ((4, 1, 5), (20, 20, 4)), ((), ())])
 def test_c_strides_count_an_empty_extent_as_one(shape, strides):
