@@ -228,8 +228,8 @@ def test_no_ordering_where_the_consumer_asked_for_none(orderings):
     f.owner.release()
     assert orderings == []
     f = dlpack.read_capsule(dlpack_export.export(t, 0x51, (1, 0), None, None), "op")
-    assert orderings == []  # the consumer's stream is the session's: nothing to order
     f.owner.release()
+    assert orderings == []  # the consumer's stream is the session's: nothing to order
 
 
 def test_a_closed_session_or_a_freed_tensor_orders_nothing(orderings):

@@ -57,7 +57,7 @@ class _Export:
             return
         s = t.session
         stream = self.consumer_stream
-        if stream is not None and s.is_open and t.ptr:
+        if stream is not None and s.is_open and t.ptr and stream != s.stream:
             # The consumer may have queued work on its stream that still reads this memory.
             t.context.push()
             try:
