@@ -41,6 +41,27 @@ def test_report_lists_the_driver_and_each_device(monkeypatch, cache):
                                    "memory_bytes": 42_505_273_344}
 
 
+def test_report_is_the_facts_it_is_given_line_by_line():
+    facts = {"python": "3.12.1", "packages": {"tenferro": "0.1", "numba": "0.62"},
+             "nvrtc": "13.0", "nvrtc_missing": None, "include_dirs": ["/a/include", "/b"],
+             "driver": "12.4", "devices": [{"ordinal": 0, "name": "GPU", "arch": "sm_90",
+                                            "memory_bytes": 1 << 30}],
+             "cache": {"path": "/c", "entries": 0, "bytes": 0}}
+    assert info.report(facts).splitlines() == [
+        "python 3.12.1", "tenferro 0.1", "numba 0.62", "NVRTC 13.0",
+        "CUDA headers: /a/include, /b", "driver: CUDA 12.4, 1 device(s)",
+        "  device 0: GPU, sm_90, 1.0 GiB", "compile cache: /c, 0 entries, 0 bytes"]
+    facts["include_dirs"] = []
+    assert "CUDA headers: not found (a compile that includes <cuda_fp16.h> and the like will " \
+           "fail)" in info.report(facts).splitlines()
+
+
+def test_the_driver_version_reads_as_major_and_minor(monkeypatch, cache):
+    _fake_driver(monkeypatch, [])
+    monkeypatch.setattr(_driver, "driver_version", lambda: 12040)
+    assert info.collect()["driver"] == "12.4"
+
+
 def test_report_says_why_there_is_no_driver(monkeypatch, cache):
     def missing(op=""):
         raise RuntimeStateError(f"{op}: no CUDA driver on this machine (libcuda could not be "
@@ -147,10 +168,12 @@ def test_an_open_session_names_its_device_stream_memory_and_last_launches(monkey
     assert repr(s) == ("Session(device=1 'NVIDIA H200' sm_90, open, stream 0x5abc, 3.0 MiB used "
                        "of 32.0 MiB reserved, 12 launch(es), last: axpy, ops::add_bias)")
     page = s._repr_html_()
-    for cell in ("<td>1: NVIDIA H200 (sm_90)</td>", "<td>open</td>", "<td>0x5abc</td>",
-                 "<td>3.0 MiB used of 32.0 MiB reserved</td>",
-                 "<td>12; last: axpy, ops::add_bias</td>"):
-        assert cell in page
+    rows = [("device", "1: NVIDIA H200 (sm_90)"), ("state", "open"), ("stream", "0x5abc"),
+            ("memory", "3.0 MiB used of 32.0 MiB reserved"),
+            ("launches", "12; last: axpy, ops::add_bias")]
+    table = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>"
+                    for k, v in rows)
+    assert table in page  # each row named, in this order, nothing between them
 
 
 def test_a_session_says_what_state_it_is_in_and_leaves_out_what_the_driver_refuses(

@@ -265,6 +265,38 @@ def test_max_version_parts_are_non_negative_ints(max_version, refused):
                             "op").owner.release()
 
 
+def test_an_export_from_another_thread_makes_the_context_current_for_its_ordering(orderings):
+    import threading
+
+    t = _open_tensor(np.arange(4.0))
+    dlpack.read_capsule(dlpack_export.export(t, 0x77, None, None, None), "op").owner.release()
+    assert t.context.pushes == 1  # the release's own push; the export ran on its thread
+    caps = []
+    worker = threading.Thread(target=lambda: caps.append(
+        dlpack_export.export(t, 0x77, None, None, None)))
+    worker.start()
+    worker.join()
+    assert t.context.pushes == 2 and len(orderings) == 3
+    dlpack.read_capsule(caps.pop(), "op").owner.release()
+
+
+def test_a_deleter_for_an_unknown_or_released_tensor_does_nothing():
+    before = dlpack_export.live_exports()
+    dlpack_export._release(0xDEAD0)  # no such export: no KeyError into the consumer's C code
+    assert dlpack_export.live_exports() == before
+
+
+@pytest.mark.parametrize("max_version", [None, (1, 0)])
+def test_strides_are_given_in_elements_for_every_dimension(max_version):
+    t = FakeTensor(np.arange(24.0).reshape(2, 3, 4))
+    cap = dlpack_export.export(t, -1, max_version, None, None)
+    name = b"dltensor" if max_version is None else b"dltensor_versioned"
+    cls = structs.DLManagedTensor if max_version is None else structs.DLManagedTensorVersioned
+    dl = cls.from_address(_managed_address(cap, name)).dl_tensor
+    assert [dl.shape[i] for i in range(3)] == [2, 3, 4]
+    assert [dl.strides[i] for i in range(3)] == [12, 4, 1]
+
+
 @pytest.mark.parametrize("max_version", [None, (1, 0)])
 def test_a_0d_export_has_no_shape_or_strides_arrays(max_version):
     t = FakeTensor(np.array(2.5))

@@ -46,6 +46,8 @@ def shell():
         name="mod", session="s", name_expressions=("fill<float>", "fill<double>"),
         arch="sm_90a")),
     ("--session s2 -std=c++20", CudaCell(session="s2", options=("-std=c++20",))),
+    ("--arch sm_80 mod", CudaCell(name="mod", arch="sm_80")),  # the arch takes one token
+    ("-D X=a=b", CudaCell(options=("-DX=a=b",))),  # the macro's name ends at the first '='
 ])
 def test_the_magic_line_is_read(line, want):
     assert parse_line(line) == want
@@ -60,7 +62,7 @@ def test_the_magic_line_is_read(line, want):
     ("mod -D", r"-D needs a value"),
     ("mod -std=c++98", r"-std=c\+\+98 is not a standard NVRTC takes; one of -std=c\+\+11, "),
     ("mod -O3", r"unknown option '-O3'; the line takes a name"),
-    ("mod -e", r"-e needs a value"),
+    ("mod -e", r"-e needs a value"), ("mod --arch", r"--arch needs a value"),
     ("mod 'unclosed", r"the line does not read \(No closing quotation\)"),
 ])
 def test_a_bad_magic_line_is_refused_naming_the_argument(line, message):
@@ -101,6 +103,59 @@ def test_a_compile_error_shows_the_log_with_the_cells_lines_and_no_traceback(she
     assert "y[0] = undefined_name;" in text  # the offending line, as NVRTC quotes it
     assert "Traceback" not in text and "jupyter.py" not in text
     assert "broken" not in shell.user_ns  # nothing is bound
+    lines = str(result.error_in_exec).splitlines()  # the first line, then the log once
+    assert lines[0] == "compile_cuda: NVRTC failed to compile 'cell.cu' for sm_90"
+    assert sum("is undefined" in line for line in lines) == 1
+
+
+def test_a_compile_errors_display_is_its_first_line_then_the_log_by_cell_line():
+    from tenferro.jupyter import CellCompileError
+
+    err = CellCompileError("compile_cuda: failed\nsecond\nthird", "cell.cu(3): error: x\n  y;")
+    assert err._render_traceback_() == ["CompileError: compile_cuda: failed",
+                                        "line 3: error: x", "  y;"]
+
+
+def test_loading_the_extension_registers_the_cuda_cell_magic(monkeypatch):
+    from tenferro import jupyter
+
+    registered, ran = [], []
+
+    class Shell:  # what load_ipython_extension asks of IPython's shell
+        def register_magic_function(self, f, magic_kind, magic_name):
+            registered.append((f, magic_kind, magic_name))
+
+    shell = Shell()
+    jupyter.load_ipython_extension(shell)
+    [(magic, kind, name)] = registered
+    assert (kind, name) == ("cell", "cuda") and magic.__doc__ == jupyter.__doc__
+    monkeypatch.setattr(jupyter, "run_cell", lambda *a: ran.append(a))
+    magic("mod -D N=2", "cell text")
+    assert ran == [(shell, "mod -D N=2", "cell text")]
+
+
+def test_the_session_found_is_the_one_open_session_under_a_name_of_the_users(monkeypatch):
+    from tenferro import jupyter
+
+    class Stand:  # a session as the lookup sees it
+        def __init__(self, is_open):
+            self.is_open = is_open
+
+    monkeypatch.setattr(jupyter, "Session", Stand)
+    a, b, closed = Stand(True), Stand(True), Stand(False)
+    # IPython's _, __ and _N hold outputs: a session shown there is not one more session
+    assert jupyter._session({"a": a, "_": b, "_3": b, "c": closed}, None) is a
+    assert jupyter._session({"a": a, "also_a": a}, None) is a  # one session, two names
+    assert jupyter._session({"c": closed, "_": b}, None) is None
+    with pytest.raises(tf.ValidationError, match=r"^%%cuda: the notebook has 2 open sessions "
+                                                 r"\(\['a', 'b'\]\); name one with --session"):
+        jupyter._session({"b": b, "a": a}, None)
+
+
+def test_without_a_session_the_cell_compiles_for_the_arch_asked(shell, capsys):
+    shell.run_cell_magic("cuda", "mod --arch sm_80", KERNELS)
+    assert shell.user_ns["mod"].arch == "sm_80"
+    assert capsys.readouterr().out.startswith("mod: 1 kernel(s), compiled for sm_80;")
 
 
 def test_a_refused_line_shows_its_reason_alone_and_binds_nothing(shell, capsys):

@@ -124,9 +124,27 @@ def test_arrays_read_as_their_element_and_extents(mangled, spelled):
     ("_Z1fIiiiiiiiiiiifdEvT10_", "f<int, int, int, int, int, int, int, int, int, int, int, "
      "float, double>(float)"),  # T10_: template parameter 11, base 10
     ("_ZNK1S1fEv", "S::f()"),  # a const member function's K
+    # Each kind of type is a substitution candidate once read:
+    ("_Z1fRfS_", "f(float*, float*)"), ("_Z1fPFviES_", "f(void(int)*, void(int))"),
+    ("_Z1f3VecIfES0_", "f(Vec<float>, Vec<float>)"),
+    ("_Z1f3VecIfES_IiES1_", "f(Vec<float>, Vec<int>, Vec<int>)"),
+    ("_Z1fN2ns3VecIfEE", "f(ns::Vec<float>)"), ("_Z1fPFvifE", "f(void(int, float)*)"),
+    ("_Z4fillIfEvS_", "fill<float>(fill)"),  # a template function's own name: candidate 0
+    ("_Z1kPf.constprop.0", "k(float*)"),  # a clone suffix is no part of the type
 ])
 def test_hand_mangled_names_of_the_rest_of_the_grammar(mangled, spelled):
     assert demangle(mangled).spell() == spelled
+
+
+def test_each_type_read_has_its_kind():
+    assert demangle("_Z1fDhDF16_").params == (CType("builtin", "half"),
+                                              CType("builtin", "_Float16"))
+    vf, vi = demangle("_Z1f3VecIfES_IiE").params
+    assert vf == CType("class", "Vec", args=(CType("builtin", "float"),))
+    assert vi == CType("class", "Vec", args=(CType("builtin", "int"),))
+    assert demangle("_Z1fN2ns1PES0_").params[1] == CType("class", "ns::P")  # the whole name
+    assert demangle("_ZN2ns1fEv").template_args == ()
+    assert demangle("_Z4fillIfEvS_").params == (CType("class", "fill"),)
 
 
 def test_each_part_of_a_name_has_its_kind():
@@ -156,6 +174,11 @@ def test_literal_template_arguments_read_as_their_values(mangled, value):
     ("_Z4fillIf", "unterminated template arguments"),
     ("_ZN2ns", "an unterminated nested name"),
     ("_Z1fILi3", "an unterminated literal"),
+    ("axpy", "not a mangled name"), ("_Zx", "a length was expected"),
+    ("_Z3ab", "a name runs past the end"),
+    ("_Z2k1Pq", "type code 'q' is not read here"), ("_Z1fX", "type code 'X' is not read here"),
+    ("_Z1fIfEvT", "a template parameter index was expected"),
+    ("_Z1fPFvi", "an unterminated function type"),
 ])
 def test_each_refusal_says_what_it_found(bad, what):
     with pytest.raises(ValueError, match=rf"^cannot demangle '{bad}' at offset \d+: {what}$"):

@@ -85,7 +85,8 @@ def test_colors_accepted_up_to_24_bits_and_by_name(nvtx, color, value):
     (-1, r"color=-1 must be 0xRRGGBB"),
     (True, r"color must be a name or 0xRRGGBB, got bool"),
     (1.5, r"color must be a name or 0xRRGGBB, got float"),
-    ("nocolor", r"color='nocolor' is not a color nvtx knows"),
+    ("nocolor", r"color='nocolor' is not a color nvtx knows \(green, blue, yellow, purple, "
+                r"cyan, red, \.\.\.; or 0xRRGGBB\)$"),
 ])
 def test_color_refusals_name_the_call_and_the_value(nvtx, color, msg):
     with pytest.raises(tf.ValidationError, match=r"^session\.range: " + msg):

@@ -216,7 +216,9 @@ def test_the_table_shows_each_launch_and_bars_scaled_to_the_longest(events, monk
     monkeypatch.setattr(timeline_part._driver, "event_elapsed_ms",
                         lambda start, end, op: {2: 0.004, 4: 0.001}[end])
     with timeline_part.timeline(s) as t:
-        assert "the figures come when the block ends" in t._repr_html_()
+        assert repr(t) == "Timeline(the figures come when the block ends)"
+        assert t._repr_html_().startswith(
+            "<b>Timeline</b>: the figures come when the block ends<table>")
         _launch(t, "fill<float>", tf.LaunchConfig(4, 256))
         _launch(t, "graph of 2 node(s)", None)
     assert repr(t).splitlines()[1:] == [
@@ -226,6 +228,7 @@ def test_the_table_shows_each_launch_and_bars_scaled_to_the_longest(events, monk
     assert "<code>fill&lt;float&gt;</code>" in page and "2 launch(es), 5.0 µs" in page
     assert "<td>4x1x1</td><td>256x1x1</td><td>0 B</td>" in page
     assert "<rect width='160.0'" in page and "<rect width='40.0'" in page
+    assert "</td></tr><tr><td><code>graph" in page  # the rows follow one another
 
 
 # --- on a GPU: every launch path timed, and launches outside the block not --------------------
