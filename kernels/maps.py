@@ -95,36 +95,49 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
     t = om.scalar_type
     if t.name not in ("f32", "f64"):
         raise ValidationError(f"{op}: out is {t.name}; elementwise takes f32 or f64")
-    ctype = C_TYPES[t.name]
     names = sorted(operands)
-    for name in _IDENT.findall(expr):
-        if name not in operands and name not in _MATH:
-            raise ValidationError(f"{op}: expr uses {name!r}, which is neither an operand "
-                                  f"({names}) nor a known math function")
-    params, args = [f"{ctype}* __restrict__ out_"], [om]
-    arrays, array_names = [], []
-    for name in names:
+    scalars = tuple(_is_scalar(operands[name]) for name in names)
+    # The expression checked and its kernel found once for these names, kinds and type.
+    fn = plan(s, ("elementwise", expr, t, tuple(names), scalars),
+              lambda: _fused_function(s, op, expr, t, names, scalars))
+    args, arrays = [om], []
+    for name, scalar in zip(names, scalars, strict=True):
         v = operands[name]
-        if name in _MATH or name.endswith("_") or not _IDENT.fullmatch(name):
-            raise ValidationError(f"{op}: operand name {name!r} is not usable")
-        if _is_scalar(v):
-            params.append(f"{ctype} {name}")
+        if scalar:
             args.append(scalar_for(t, v, op, name))
         else:
             r = s.tensor(v)
             arrays.append(r)
-            array_names.append(name)
-            params.append(f"const {ctype}* __restrict__ {name}_")
             args.append(r)
     spans_1d(op, om, *arrays)
-    params.append("unsigned long long n__")
     args.append(u64(om.size))
+    s.launch(fn, grid_stride(s, om.size, per_thread=4, capped=False), args)
+
+
+def _fused_function(s: Any, op: str, expr: str, t: Any, names: list[str],
+                    scalars: tuple[bool, ...]) -> Any:
+    """The fused kernel of ``expr`` over the operands ``names`` (scalar or array), compiled."""
+    for name in _IDENT.findall(expr):
+        if name not in names and name not in _MATH:
+            raise ValidationError(f"{op}: expr uses {name!r}, which is neither an operand "
+                                  f"({names}) nor a known math function")
+    ctype = C_TYPES[t.name]
+    params, array_names = [f"{ctype}* __restrict__ out_"], []
+    for name, scalar in zip(names, scalars, strict=True):
+        if name in _MATH or name.endswith("_") or not _IDENT.fullmatch(name):
+            raise ValidationError(f"{op}: operand name {name!r} is not usable")
+        if scalar:
+            params.append(f"{ctype} {name}")
+        else:
+            array_names.append(name)
+            params.append(f"const {ctype}* __restrict__ {name}_")
+    params.append("unsigned long long n__")
     src = _fused_source(ctype, params, array_names, expr)
     try:
         mod = s.resource(("tenferro.kernels.elementwise", src), lambda ss: ss.compile(src))
     except CompileError as exc:
         raise CompileError(f"{op}: expr {expr!r} did not compile", exc.log) from None
-    s.launch(mod.function("fused_map"), grid_stride(s, om.size, per_thread=4, capped=False), args)
+    return mod.function("fused_map")
 
 
 def _is_scalar(v: Any) -> bool:

@@ -84,3 +84,24 @@ def test_fused_elementwise_map(session, rng, n):
                   y=session.upload(y), a=3.0)
     np.testing.assert_allclose(session.download(out), 3.0 * x + np.sin(y) * y, rtol=1e-14,
                                atol=1e-14)
+
+
+@pytest.mark.gpu
+def test_an_expression_again_with_new_values_and_an_operand_turned_array(session, rng):
+    n = 3001
+    x, y, a = rng.standard_normal(n), rng.standard_normal(n), rng.standard_normal(n)
+    xd, yd, ad = session.upload(x), session.upload(y), session.upload(a)
+    out = poisoned(session, (n,), np.float64)
+    for scale in (3.0, -0.5):  # the kernel found again; the scalar is this call's
+        k.elementwise(session, "a * x + y", out, x=xd, y=yd, a=scale)
+        np.testing.assert_allclose(session.download(out), scale * x + y, rtol=1e-14,
+                                   atol=1e-14)
+    out2 = poisoned(session, (n,), np.float64)
+    k.elementwise(session, "a * x + y", out2, x=xd, y=yd, a=ad)  # `a` an array: its own kernel
+    np.testing.assert_allclose(session.download(out2), a * x + y, rtol=1e-14, atol=1e-14)
+    before = session.download(out)
+    with pytest.raises(tf.ValidationError, match=r"^kernels\.elementwise: expr uses 'b'"):
+        k.elementwise(session, "a * x + b", out, x=xd, a=2.0)  # refused every time asked
+    with pytest.raises(tf.ValidationError, match=r"^kernels\.elementwise: expr uses 'b'"):
+        k.elementwise(session, "a * x + b", out, x=xd, a=2.0)
+    np.testing.assert_array_equal(session.download(out), before)  # nothing written
