@@ -187,6 +187,7 @@ def test_a_session_says_what_state_it_is_in_and_leaves_out_what_the_driver_refus
     faulted = _session(faulted=True, stats=None, launches=["k"])
     assert repr(faulted) == "Session(device=1, faulted, stream 0x5abc, 1 launch(es), last: k)"
     assert "<td>none yet</td>" in _session(open_=False)._repr_html_()
+    assert "<th style='text-align:left'>device</th><td>1</td>" in faulted._repr_html_()
     assert info.session_facts(faulted) == {"device": 1, "state": "faulted", "launches": 1,
                                            "last_launches": ["k"], "stream": 0x5ABC}
 

@@ -185,13 +185,13 @@ class _OpenSession:
 
 class _Context:
     def __init__(self):
-        self.pushes = 0
+        self.pushes = self.pops = 0
 
     def push(self):
         self.pushes += 1
 
     def pop(self):
-        pass
+        self.pops += 1
 
 
 def _open_tensor(array):
@@ -270,13 +270,13 @@ def test_an_export_from_another_thread_makes_the_context_current_for_its_orderin
 
     t = _open_tensor(np.arange(4.0))
     dlpack.read_capsule(dlpack_export.export(t, 0x77, None, None, None), "op").owner.release()
-    assert t.context.pushes == 1  # the release's own push; the export ran on its thread
+    assert t.context.pushes == t.context.pops == 1  # the release's; the export's thread is its
     caps = []
     worker = threading.Thread(target=lambda: caps.append(
         dlpack_export.export(t, 0x77, None, None, None)))
     worker.start()
     worker.join()
-    assert t.context.pushes == 2 and len(orderings) == 3
+    assert t.context.pushes == t.context.pops == 2 and len(orderings) == 3
     dlpack.read_capsule(caps.pop(), "op").owner.release()
 
 

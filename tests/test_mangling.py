@@ -129,6 +129,7 @@ def test_arrays_read_as_their_element_and_extents(mangled, spelled):
     ("_Z1f3VecIfES0_", "f(Vec<float>, Vec<float>)"),
     ("_Z1f3VecIfES_IiES1_", "f(Vec<float>, Vec<int>, Vec<int>)"),
     ("_Z1fN2ns3VecIfEE", "f(ns::Vec<float>)"), ("_Z1fPFvifE", "f(void(int, float)*)"),
+    ("_Z1fN2ns3VecIfiEE", "f(ns::Vec<float, int>)"),
     ("_Z4fillIfEvS_", "fill<float>(fill)"),  # a template function's own name: candidate 0
     ("_Z1kPf.constprop.0", "k(float*)"),  # a clone suffix is no part of the type
 ])
