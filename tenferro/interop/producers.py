@@ -176,7 +176,7 @@ def _c_layout(shape: tuple[int, ...], itemsize: int) -> Layout:
 # The compact span last made of a directly read array, per span class and array id, kept
 # weakly: the same torch tensor given again with the same fields gets the same span object,
 # so a launch given the very objects of its previous call packs nothing again. Each table is
-# made once (makers bind it) and cleared in place.
+# made once (the span imports of `imports` bind it) and cleared in place.
 kept: dict[type, dict[int, weakref.ref]] = {TensorRef: {}, TensorMut: {}}
 KEPT_MAX = 1024  # entries a table
 
