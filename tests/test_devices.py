@@ -19,6 +19,28 @@ def test_local_device_refuses_bad_values(monkeypatch):
         tf.local_device()
 
 
+def test_local_device_takes_0_to_the_last_device_seen(monkeypatch):
+    from tenferro import devices
+
+    monkeypatch.setattr(devices, "device_count", lambda: 2)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert tf.local_device() == 0 and tf.local_device(default=1) == 1  # no launcher
+    for rank in (0, 1):  # the first and the last device this process sees
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        assert tf.local_device() == rank
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(tf.RuntimeStateError, match=r"^tenferro\.local_device: LOCAL_RANK=2 but "
+                                                   r"this process sees 2 device\(s\) "
+                                                   r"\(CUDA_VISIBLE_DEVICES=4,5\)$"):
+        tf.local_device()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(tf.RuntimeStateError, match=r"\(CUDA_VISIBLE_DEVICES=unset\)$"):
+        tf.local_device()
+    monkeypatch.setenv("RANK_ON_NODE", "1")  # another launcher's variable
+    assert tf.local_device(env="RANK_ON_NODE") == 1
+
+
 @pytest.mark.gpu
 def test_local_device_follows_the_launcher(device, monkeypatch):
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -155,7 +155,9 @@ class _Exec:
     made: typing.ClassVar[list] = []
 
     def __init__(self, graph, stream, op):
-        self.graph, self.destroyed, self.updates = graph, False, []
+        if _Exec.fail:
+            raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_OUT_OF_MEMORY")
+        self.graph, self.stream, self.op, self.destroyed, self.updates = graph, stream, op, 0, []
         _Exec.made.append(self)
 
     def update(self, graph, op):
@@ -163,9 +165,14 @@ class _Exec:
         return self.refuse
 
     refuse = None
+    fail = False
 
     def destroy(self):
-        self.destroyed = True
+        self.destroyed += 1
+        if self.destroy_raises:
+            raise tf.BackendError("cuGraphExecDestroy failed")
+
+    destroy_raises = False
 
 
 class _Liveness:
@@ -182,12 +189,39 @@ def stand_in_graph(monkeypatch):
     from tenferro import graph as graph_part
 
     destroyed = []
-    _Exec.made, _Exec.refuse = [], None
+    _Exec.made, _Exec.refuse, _Exec.fail, _Exec.destroy_raises = [], None, False, False
     monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _Exec)
     monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
     session = type("S", (), {"stream": 0x5, "liveness": _Liveness()})()
     g = graph_part.Graph(session, 0x10, 2, ["old owners"])
     return g, destroyed
+
+
+def test_a_graph_is_made_on_its_sessions_stream_and_destroyed_once_when_dropped(
+        stand_in_graph):
+    from tenferro import graph as graph_part
+
+    session, destroyed = stand_in_graph[0].session, stand_in_graph[1]
+    g = graph_part.Graph(session, 0x30, 1, ["owners"])
+    its_exec = g._exec
+    assert (its_exec.graph, its_exec.stream, its_exec.op) == (0x30, 0x5, "session.capture")
+    _Exec.destroy_raises = True  # a finaliser never raises, and the graph still goes
+    del g
+    assert its_exec.destroyed == 1 and destroyed == [0x30]
+
+
+def test_a_graph_whose_executable_was_refused_leaves_its_handle_to_the_capture(
+        stand_in_graph):
+    from tenferro import graph as graph_part
+
+    session, destroyed = stand_in_graph[0].session, stand_in_graph[1]
+    _Exec.fail = True
+    with pytest.raises(tf.BackendError, match=r"^session\.capture: the driver returned CUDA_"):
+        graph_part.Graph(session, 0x30, 1, ["owners"])
+    import gc
+
+    gc.collect()  # the half-made Graph is gone: it destroyed nothing the capture still owns
+    assert destroyed == []
 
 
 def test_an_update_takes_the_new_captures_owners_and_holds_the_old(stand_in_graph):
@@ -214,6 +248,7 @@ def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
     assert destroyed == [0x20] and g.session.liveness.held == []
     # A part-updated executable graph is not kept: a new one is made from the old graph.
     assert first_exec.destroyed and g._exec is _Exec.made[-1] and g._exec.graph == 0x10
+    assert (g._exec.stream, g._exec.op) == (0x5, "session.capture")  # on the session's stream
 
 
 @pytest.mark.parametrize("count", [1, 3])
@@ -241,7 +276,8 @@ def test_update_refuses_a_graph_of_another_session(stand_in_graph):
     with pytest.raises(tf.ValidationError, match=r"update must be a Graph of this session, got "
                                                  r"Graph"):
         tf.graph.capture(object(), update=g)
-    assert tf.graph.capture(g.session, update=g).update is g
+    cap = tf.graph.capture(g.session, update=g)
+    assert cap.update is g and cap.graph is None  # until its block ends
 
 
 # --- updating a graph in place, on the GPU -------------------------------------------------------
