@@ -69,8 +69,9 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "set_current",
     "stream_context",
     "stream_create",
-    "stream_is_capturing",
     "stream_destroy",
+    "stream_is_capturing",
+    "stream_is_non_blocking",
     "stream_synchronize",
     "stream_wait_event",
     "wait_for_stream",
@@ -321,9 +322,15 @@ def set_current(handle: int) -> None:
 
 
 def stream_create() -> int:
-    """A new non-blocking stream in the current context."""
-    flags = _cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+    """A new blocking stream in the current context: ordered with the legacy default stream."""
+    flags = _cu.CUstream_flags.CU_STREAM_DEFAULT
     return int(_check("cuStreamCreate", _cu.cuStreamCreate(flags)))
+
+
+def stream_is_non_blocking(stream: int, op: str) -> bool:
+    """True for a stream made non-blocking: the legacy default stream does not wait for it."""
+    flags = _check(op, _cu.cuStreamGetFlags(_cu.CUstream(stream)))
+    return bool(int(flags) & int(_cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
 
 
 def stream_destroy(stream: int) -> None:

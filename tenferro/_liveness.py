@@ -5,14 +5,16 @@ bound launches) to `Liveness.hold`. They stay referenced until the stream has pa
 work: every `fence_every` holds, or `fence_bytes` allocated, the list so far goes to a fence
 event, and fences the GPU has passed are retired; `release_all` (after a synchronize) drops
 everything. During a capture the holds go to the graph instead (`begin_capture` /
-`end_capture`), and Tensors dropped meanwhile are freed after it (`defer_free`). The blocks
-of small Tensors dropped are kept for the next small allocation (`keep_block` /
+`end_capture`), and Tensors dropped meanwhile are freed after it (`defer_free`), as are
+Graphs (`defer_release`: a destroy mid-capture invalidates a capture on a blocking stream).
+The blocks of small Tensors dropped are kept for the next small allocation (`keep_block` /
 `take_block`): work on the stream uses them in stream order, as the pool's own reuse would.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 from . import _driver
@@ -32,7 +34,8 @@ class Liveness:
     capture): a `BoundLaunch` holds itself once a generation instead of once a launch.
     """
 
-    __slots__ = ("allocated", "caches", "capturing", "deferred_frees", "fence_bytes",
+    __slots__ = ("allocated", "caches", "capturing", "deferred_frees", "deferred_releases",
+                 "fence_bytes",
                  "fence_every", "fences", "generation", "held", "retained", "spare_blocks",
                  "spare_events", "stream")
 
@@ -45,6 +48,7 @@ class Liveness:
         self.spare_events: list[int] = []
         self.retained: list = []
         self.deferred_frees: list[int] = []
+        self.deferred_releases: list[Callable[[], None]] = []
         self.spare_blocks: list[int] = []  # SPARE_BLOCK_BYTES each, free for the next Tensor
         self.caches: list = []  # argument caches of Functions and NumbaKernels
         self.allocated = 0  # bytes allocated since the last fence
@@ -116,6 +120,10 @@ class Liveness:
         """Free ``ptr`` after the capture (a free during it would become a graph node)."""
         self.deferred_frees.append(ptr)
 
+    def defer_release(self, release: Callable[[], None]) -> None:
+        """Call ``release`` (a driver object's destroy) after the capture, before its frees."""
+        self.deferred_releases.append(release)
+
     def keep_block(self, ptr: int) -> bool:
         """Keep the dropped small Tensor's block ``ptr`` for reuse; False where it must be freed.
 
@@ -137,7 +145,13 @@ class Liveness:
             _driver.mem_free_async(ptr, self.stream)
 
     def free_deferred(self) -> None:
-        """Free what `defer_free` kept, now that the stream records again."""
+        """Run what `defer_release` kept, then free what `defer_free` kept (capture over)."""
+        releases, self.deferred_releases = self.deferred_releases, []
+        for release in releases:
+            try:
+                release()
+            except Exception:  # as the finaliser that deferred it: a failed destroy is dropped
+                pass
         frees, self.deferred_frees = self.deferred_frees, []
         for ptr in frees:
             _driver.mem_free_async(ptr, self.stream)

@@ -11,8 +11,8 @@ exists, and refuses to launch after its session closed.
 
 During a capture the session refuses what cannot be captured safely: allocations (their memory
 would belong to the graph), host copies and synchronization, importing foreign arrays that need
-an event on another stream, events, and nested captures. Tensors dropped during a capture are
-freed after it ends, not inside the graph.
+an event on another stream, events, and nested captures. Tensors and Graphs dropped during a
+capture are freed after it ends, not inside the graph.
 """
 
 from __future__ import annotations
@@ -23,8 +23,17 @@ from typing import Any
 
 from . import _driver
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
+from .interop.streams import LEGACY
 
 __all__ = ["Capture", "Graph", "capture", "captured_elsewhere"]
+
+_INVALIDATED = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+_INVALIDATED_WHY = (
+    "the session's stream is blocking, so work enqueued on the legacy default stream during "
+    "the capture, from any thread (torch, CuPy or numba ops not given a stream of their own), "
+    "had to join it, and the driver invalidated the capture. Keep such work out of the "
+    "capture's time, or open the session on a non-blocking stream "
+    "(tf.Session(stream=torch.cuda.Stream()))")
 
 
 class Graph:
@@ -97,16 +106,27 @@ class Graph:
     def __del__(self) -> None:
         exec_graph, graph = getattr(self, "_exec", None), getattr(self, "_graph", 0)
         self._exec, self._graph = None, 0
-        for destroy in (exec_graph and exec_graph.destroy,
-                        graph and (lambda: _driver.graph_destroy(graph))):
-            try:
-                if destroy:
-                    destroy()
-            except Exception:  # never raise from a finaliser
-                pass
+        if exec_graph is None and not graph:
+            return
+        live = getattr(getattr(self, "session", None), "liveness", None)
+        if live is not None and live.capturing:  # a destroy now would invalidate the capture
+            live.defer_release(lambda: _destroy(exec_graph, graph))
+        else:
+            _destroy(exec_graph, graph)
 
     def __repr__(self) -> str:
         return f"Graph({self.node_count} node(s), {len(self.owners)} owner group(s))"
+
+
+def _destroy(exec_graph: _driver.ExecutableGraph | None, graph: int) -> None:
+    """Destroy a Graph's executable and graph; never raises (a finaliser calls it)."""
+    for destroy in (exec_graph and exec_graph.destroy,
+                    graph and (lambda: _driver.graph_destroy(graph))):
+        try:
+            if destroy:
+                destroy()
+        except Exception:
+            pass
 
 
 class Capture:
@@ -149,10 +169,13 @@ class Capture:
         except BackendError as end_exc:
             if isinstance(end_exc, KernelFault):
                 end_exc = s.fault_seen(end_exc)
+            elif end_exc.result_name == _INVALIDATED and LEGACY in s.ordering.in_order_with:
+                end_exc = BackendError(f"{end_exc}: {_INVALIDATED_WHY}", end_exc.result_name,
+                                       end_exc.result_code)
             if exc is not None:
                 exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
                 return
-            raise
+            raise end_exc from None
         finally:
             live.free_deferred()
         if not graph:

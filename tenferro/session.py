@@ -55,8 +55,9 @@ def _reports_faults(part: Callable[Concatenate[Any, P], R]) -> Callable[Concaten
 class Session:
     """A scoped device session: ``with tf.Session(device=0) as s: ...``.
 
-    ``stream=None`` makes the session own a new non-blocking stream; a stream handle or an
-    object with ``__cuda_stream__`` makes it work on that stream (not destroyed at the end).
+    ``stream=None`` makes the session own a new blocking stream (ordered with the legacy
+    default stream, torch's); a stream handle or an object with ``__cuda_stream__`` makes it
+    work on that stream (not destroyed at the end).
     Opening raises `RuntimeStateError` with no driver or GPU. Every method refuses use from
     another thread and after the block; leaving the block synchronizes, even when it raised.
     """
@@ -77,7 +78,7 @@ class Session:
         self.faulted = False
         self.fast_path_ok = False  # open, not faulted, not capturing: the launch fast path may run
         self.resources = ResourceCache()
-        self.ordering = StreamOrdering(0, 0)  # producers to wait for; bound to the stream on entry
+        self.ordering = StreamOrdering(0, 0, frozenset())  # producers to wait for; set on entry
         self.active_timeline: timeline_part.Timeline | None = None  # inside s.timeline() only
 
     # --- scope ---------------------------------------------------------------------------
@@ -88,7 +89,7 @@ class Session:
         self.context = _driver.PrimaryContext.get(self.device, "session")
         self._prev_ctx = self.context.make_current()
         try:
-            self.stream = open_stream(self._external_stream, self.context, "Session")
+            self.stream, in_order = open_stream(self._external_stream, self.context, "Session")
             self.import_event = _driver.event_create()
             self.export_event = _driver.event_create()  # used under interop.dlpack_export's lock
         except BaseException:
@@ -97,7 +98,7 @@ class Session:
             _driver.set_current(self._prev_ctx)
             raise
         self.liveness.stream = self.stream
-        self.ordering = StreamOrdering(self.stream, self.import_event)
+        self.ordering = StreamOrdering(self.stream, self.import_event, in_order)
         self.launcher = _driver.launcher()
         self.thread = threading.get_ident()
         self._open = True

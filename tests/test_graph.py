@@ -1,6 +1,7 @@
 """Graph capture and replay (tenferro.graph), on a GPU."""
 
 import gc
+import re
 import typing
 import weakref
 
@@ -10,6 +11,7 @@ from _sources import AXPY, N
 from _sources import raw_and_numba_axpy as _kernels
 
 import tenferro as tf
+from tenferro._liveness import Liveness
 
 
 @pytest.mark.gpu
@@ -42,6 +44,23 @@ def test_captured_sequence_replays_like_eager(session, rng):
         z = z + -0.5 * y
         x = z.copy()
     np.testing.assert_allclose(eager, z, rtol=1e-5, atol=1e-5 * np.abs(z).max())
+
+
+@pytest.mark.gpu
+def test_a_loop_of_captures_drops_each_graph_during_the_next_capture(session, rng):
+    # `with s.capture() as cap:` rebinds cap once the next capture has begun: the last graph
+    # goes then, and is destroyed after that capture (a destroy during it invalidates it).
+    axpy, _ = _kernels(session)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    cfg = tf.LaunchConfig.flat(N)
+    for a in (0.5, -1.0, 2.0, 0.25):
+        with session.capture() as cap:
+            session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(a), N])
+        cap.graph.launch()
+    assert cap.graph.node_count == 1
+    want = y0.astype(np.float64) + (0.5 - 1.0 + 2.0 + 0.25) * x0.astype(np.float64)
+    np.testing.assert_allclose(session.download(y), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu
@@ -175,14 +194,6 @@ class _Exec:
     destroy_raises = False
 
 
-class _Liveness:
-    def __init__(self):
-        self.held = []
-
-    def hold(self, obj):
-        self.held.append(obj)
-
-
 @pytest.fixture
 def stand_in_graph(monkeypatch):
     """A Graph of graph handle 0x10 over a stand-in driver; the handles destroyed are listed."""
@@ -192,7 +203,8 @@ def stand_in_graph(monkeypatch):
     _Exec.made, _Exec.refuse, _Exec.fail, _Exec.destroy_raises = [], None, False, False
     monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _Exec)
     monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
-    session = type("S", (), {"stream": 0x5, "liveness": _Liveness()})()
+    live = Liveness(0x5, 256, 256 << 20)
+    session = type("S", (), {"stream": 0x5, "liveness": live})()
     g = graph_part.Graph(session, 0x10, 2, ["old owners"])
     return g, destroyed
 
@@ -208,6 +220,75 @@ def test_a_graph_is_made_on_its_sessions_stream_and_destroyed_once_when_dropped(
     _Exec.destroy_raises = True  # a finaliser never raises, and the graph still goes
     del g
     assert its_exec.destroyed == 1 and destroyed == [0x30]
+
+
+def test_a_graph_dropped_during_a_capture_is_destroyed_after_it(stand_in_graph):
+    # On a blocking stream a cuGraphExecDestroy during a capture invalidates the capture: a
+    # loop of `with s.capture() as cap:` drops the last graph just after the next one began.
+    from tenferro import graph as graph_part
+
+    session, destroyed = stand_in_graph[0].session, stand_in_graph[1]
+    live = session.liveness
+    g = graph_part.Graph(session, 0x30, 1, ["owners"])
+    its_exec = g._exec
+    saved = live.begin_capture()
+    del g
+    assert its_exec.destroyed == 0 and destroyed == []
+    live.end_capture(saved)
+    live.free_deferred()  # what Capture.__exit__ calls once the capture has ended
+    assert its_exec.destroyed == 1 and destroyed == [0x30]
+    g = graph_part.Graph(session, 0x40, 1, ["owners"])  # outside a capture: at once
+    del g
+    assert destroyed == [0x30, 0x40] and live.deferred_releases == []
+
+
+class _CapturingSession:
+    """What a Capture asks of its session, on stream 0x5, blocking unless told otherwise."""
+
+    def __init__(self, in_order_with=frozenset((0x5, 1))):
+        import types
+
+        self.stream, self.active_timeline = 0x5, None
+        self.liveness = Liveness(0x5, 256, 256 << 20)
+        self.ordering = types.SimpleNamespace(pending=[], in_order_with=in_order_with)
+
+    def check_use(self, op):
+        pass
+
+    def refresh_fast_path(self):
+        pass
+
+
+@pytest.mark.parametrize(("in_order_with", "result", "explained"), [
+    (frozenset((0x5, 1)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", True),
+    (frozenset((0x5,)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", False),  # non-blocking
+    (frozenset((0x5, 1)), "CUDA_ERROR_ILLEGAL_STATE", False),
+])
+def test_an_invalidated_capture_on_a_blocking_stream_says_why(monkeypatch, in_order_with,
+                                                                result, explained):
+    from tenferro import graph as graph_part
+
+    def refuse(stream, op):
+        raise tf.BackendError(f"{op}: the driver returned {result}", result, 901)
+
+    monkeypatch.setattr(graph_part._driver, "capture_begin", lambda stream, op: None)
+    monkeypatch.setattr(graph_part._driver, "capture_end", refuse)
+    s = _CapturingSession(in_order_with)
+    why = r"_INVALIDATED: the session.s stream is blocking, .*legacy default stream during the "
+    why += r"capture.*non-blocking stream"
+    with pytest.raises(tf.BackendError) as got:
+        with graph_part.capture(s) as cap:
+            pass
+    assert got.value.result_name == result and got.value.result_code == 901
+    assert str(got.value).startswith(f"session.capture: the driver returned {result}")
+    assert bool(re.search(why, str(got.value))) is explained
+    assert got.value.__cause__ is None and cap.graph is None and not s.liveness.capturing
+    with pytest.raises(KeyError) as body:  # the body's own exception wins, with a note
+        with graph_part.capture(s):
+            raise KeyError("body")
+    (note,) = body.value.__notes__
+    assert note.startswith("tenferro: ending the capture also failed: session.capture: ")
+    assert bool(re.search(why, note)) is explained
 
 
 def test_a_graph_whose_executable_was_refused_leaves_its_handle_to_the_capture(

@@ -406,12 +406,15 @@ class _ImportingSession:
             True, threading.get_ident(), 0, 7
         self.ordering = self.liveness = self
         self.pending, self.deferred, self.held, self.capturing = [], [], [], False
+        self.in_order_with = frozenset((7,))  # a non-blocking stream: ordered with itself only
 
     def refuse_in_capture(self, op, why):
-        assert not self.capturing
+        if self.capturing:
+            raise tf.RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
 
-    def check_use(self, op):  # a session not on its fast path: closed, faulted, another thread
-        raise tf.RuntimeStateError(f"{op}: the session is closed")
+    def check_use(self, op):  # off its fast path: capturing (let by), or closed and so on
+        if not self.capturing:
+            raise tf.RuntimeStateError(f"{op}: the session is closed")
 
     # What a Tensor of this stand-in needs (tf.Tensor.allocate): its context and allocator.
     context = property(lambda self: self)
@@ -599,6 +602,61 @@ def test_a_memory_operation_orders_after_a_producer_now_not_at_the_next_kernel(
     x.stream = 9
     imports.import_span(s, x, tf.TensorRef, None, False, "session.copy: src")
     assert ordered == [(9, "session.copy: src")] and s.deferred == []
+
+
+@pytest.mark.parametrize("path", ["one call", "direct", "direct, memory op", "CAI",
+                                  "CAI, memory op", "another session's Tensor"])
+def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
+        fake_torch, direct_fields, cai, monkeypatch, path):
+    # A blocking session stream and the legacy default stream (torch's default) wait for each
+    # other in the driver: an import from the legacy stream needs no event, also in a capture.
+    # Any other stream still gets one, and the legacy stream gets one on a non-blocking stream.
+    from tenferro.interop import imports
+
+    ordered = []
+    monkeypatch.setattr(imports, "_order_after", lambda s, stream, op: ordered.append(stream))
+    monkeypatch.setattr(imports, "check_memory", lambda f, device, op: None)
+    made = []
+
+    def span_from(s, producer):
+        op = "session.copy: src"
+        if path == "one call":
+            x = _TorchTensor(0x1000)
+            fake_torch.stream = 0 if producer == 1 else producer
+            return imports.tensor(s, x)
+        if path.startswith("direct"):
+            x = _Fields(0x1000)
+            x.stream = producer
+            return imports.import_span(s, x, tf.TensorRef, None, False, op, defer="op" not in path)
+        if path.startswith("CAI"):
+            x = cai(0x1000, (4, 3), "<f4", stream=producer)
+            return imports.import_span(s, x, tf.TensorRef, None, False, op, defer="op" not in path)
+        other = _ImportingSession()
+        other.stream = producer
+        t = tf.Tensor.allocate(other, (4, 3), dtypes.by_name("f32"), "test")
+        made.append(t)
+        return imports.import_span(s, t, tf.TensorRef, None, False, op)
+
+    def orders(s, producer):
+        ordered.clear()
+        s.deferred.clear()
+        span_from(s, producer)
+        return ordered + s.deferred
+
+    s = _ImportingSession()
+    s.in_order_with = frozenset((7, 1))  # the session's own stream is blocking
+    assert orders(s, 1) == []
+    assert orders(s, 9) == [9]
+    s.capturing, s.fast_path_ok = True, False  # no event to make: nothing a capture refuses
+    assert orders(s, 1) == []
+    with pytest.raises(tf.RuntimeStateError, match=r"^session\.\w+(: src)?: not allowed during "
+                                                   r"s\.capture\(\)"):
+        span_from(s, 9)
+    s = _ImportingSession()  # a non-blocking session stream
+    assert orders(s, 1) == [1]
+    assert orders(s, 7) == []
+    for t in made:
+        t.ptr = 0  # the stand-in has no driver to free it with
 
 
 def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():

@@ -181,6 +181,8 @@ class _OpenSession:
         self.stream, self.export_event = 0x51, 0xE0
         self.thread = threading.get_ident()
         self.liveness = types.SimpleNamespace(capturing=False)
+        # A non-blocking session stream: ordered with itself only.
+        self.ordering = types.SimpleNamespace(in_order_with=frozenset((0x51,)))
 
 
 class _Context:
@@ -230,6 +232,26 @@ def test_no_ordering_where_the_consumer_asked_for_none(orderings):
     f = dlpack.read_capsule(dlpack_export.export(t, 0x51, (1, 0), None, None), "op")
     f.owner.release()
     assert orderings == []  # the consumer's stream is the session's: nothing to order
+
+
+def test_no_ordering_with_a_stream_the_driver_orders_with_the_sessions(orderings):
+    # A blocking session stream and the legacy default stream (None and 1, what torch's default
+    # stream asks with) wait for each other in the driver: no event either way.
+    t = _open_tensor(np.arange(4.0))
+    t.session.ordering.in_order_with = frozenset((0x51, 1))
+    for consumer in (None, 1):
+        dlpack.read_capsule(dlpack_export.export(t, consumer, (1, 0), None, None),
+                            "op").owner.release()
+    assert orderings == []
+    f = dlpack.read_capsule(dlpack_export.export(t, 2, (1, 0), None, None), "op")
+    f.owner.release()  # the per-thread default stream is not ordered with a blocking stream
+    assert orderings == [(2, 0x51, 0xE0, "tensor.__dlpack__"),
+                         (0x51, 2, 0xE0, "tensor.__dlpack__ deleter")]
+    t.session.ordering.in_order_with = frozenset((0x51,))  # a non-blocking one: both ways
+    del orderings[:]
+    dlpack.read_capsule(dlpack_export.export(t, None, (1, 0), None, None), "op").owner.release()
+    assert orderings == [(1, 0x51, 0xE0, "tensor.__dlpack__"),
+                         (0x51, 1, 0xE0, "tensor.__dlpack__ deleter")]
 
 
 def test_a_closed_session_or_a_freed_tensor_orders_nothing(orderings):

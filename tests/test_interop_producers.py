@@ -144,14 +144,43 @@ def test_a_launch_waits_for_torchs_stream_with_one_event_for_all_its_tensors(ses
     y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
     torch.cuda.synchronize()
     want_y = y.double().cpu().numpy()
-    _fill_after_sleep(x, 1.25)  # torch's stream is still asleep when we launch
-    records.clear()
-    session.launch(fn, tf.LaunchConfig.flat(n, 256),
-                   [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
-    torch_stream = torch.cuda.current_stream().cuda_stream or 1
-    assert records == [torch_stream]  # one event for two tensors, at the launch
+    side = torch.cuda.Stream()  # torch's own streams are non-blocking: an event is needed
+    with torch.cuda.stream(side):
+        _fill_after_sleep(x, 1.25)  # torch's stream is still asleep when we launch
+        records.clear()
+        session.launch(fn, tf.LaunchConfig.flat(n, 256),
+                       [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
+        assert records == [side.cuda_stream]  # one event for two tensors, at the launch
     got = session.download(session.tensor(y))
     np.testing.assert_allclose(got, 2.0 * 1.25 + want_y, rtol=1e-6)
+
+
+def test_torchs_default_stream_and_the_sessions_own_are_ordered_both_ways(session, rng,
+                                                                         records):
+    # The session's own stream is blocking: the driver orders it with torch's default stream
+    # (the legacy one) both ways, with no event. Each side sleeps before it writes, so a reader
+    # not ordered after it would read the old values.
+    n = 4099
+    fns = session.compile(AXPY)
+    axpy, slow_scale = fns.function("axpy"), fns.function("slow_scale")
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+    y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+    torch.cuda.synchronize()
+    want_y = y.double().cpu().numpy()
+    records.clear()
+    _fill_after_sleep(x, 1.25)  # torch writes x late; our kernel reads it
+    session.launch(axpy, tf.LaunchConfig.flat(n, 256),
+                   [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
+    np.testing.assert_allclose(session.download(session.tensor(y)), 2.0 * 1.25 + want_y,
+                               rtol=1e-6)
+    src = torch.from_numpy(rng.standard_normal(n)).cuda()
+    out = torch.full((n,), -7.0, dtype=torch.float64, device="cuda")  # poisoned
+    torch.cuda.synchronize()
+    session.launch(slow_scale, tf.LaunchConfig.flat(n, 256),  # we write out late; torch reads
+                   [session.tensor_mut(out), session.tensor(src), 3.0, n, SPIN])
+    got = (out * 1.0).cpu().numpy()  # torch's op and copy on its default stream, no wait asked
+    np.testing.assert_array_equal(got, 3.0 * src.cpu().numpy())
+    assert records == []
 
 
 @pytest.mark.parametrize("which", ["default", "side"])
@@ -188,6 +217,8 @@ def test_a_memory_operation_on_a_span_waits_for_its_producer(session, rng):
 
 
 def test_spans_made_before_a_capture_are_ordered_before_it(session, rng):
+    # A tensor of torch's default stream is ordered by the driver at each replay (the session's
+    # stream is blocking), so it may be taken in a capture; one of a torch side stream may not.
     fn = session.compile(AXPY).function("axpy")
     n = 2048
     y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
@@ -200,10 +231,21 @@ def test_spans_made_before_a_capture_are_ordered_before_it(session, rng):
         session.launch(fn, tf.LaunchConfig.flat(n, 256), args)
     cap.graph.launch()
     np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * 0.5, rtol=1e-6)
-    with session.capture(), pytest.raises(tf.RuntimeStateError,
-                                          match=r"^session\.tensor: not allowed during "
-                                                r"s\.capture\(\): ordering after"):
-        session.tensor(x)
+    _fill_after_sleep(x, -0.75)  # torch writes x again, late: the next replay waits for it
+    cap.graph.launch()
+    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * (0.5 - 0.75),
+                               rtol=1e-6)
+    with session.capture() as cap:
+        session.launch(fn, tf.LaunchConfig.flat(n, 256),
+                       [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), tf.u32(n)])
+    assert cap.graph.node_count == 1
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        z = torch.ones(n, device="cuda")
+        with session.capture(), pytest.raises(tf.RuntimeStateError,
+                                              match=r"^session\.tensor: not allowed during "
+                                                    r"s\.capture\(\): ordering after"):
+            session.tensor(z)
 
 
 def test_an_overlap_of_torch_tensors_is_refused(session, no_dlpack):

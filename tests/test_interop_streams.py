@@ -62,20 +62,48 @@ def test_open_stream_makes_one_or_checks_the_given_ones_context(monkeypatch):
     from tenferro import _driver
     from tenferro.interop.streams import open_stream
 
-    asked = []
+    asked, flags_asked = [], []
     monkeypatch.setattr(_driver, "stream_create", lambda: 0x5000)
     monkeypatch.setattr(_driver, "stream_context", lambda h: asked.append(h) or
                         (0xC0 if h == 0x100 else 0xD0))
-    assert open_stream(None, _Context, "Session") == 0x5000
-    assert open_stream(1, _Context, "Session") == 1  # the default streams: any context's
-    assert open_stream(2, _Context, "Session") == 2
-    assert asked == []
-    assert open_stream(0x100, _Context, "Session") == 0x100
+    monkeypatch.setattr(_driver, "stream_is_non_blocking",
+                        lambda h, op: flags_asked.append((h, op)) or True)
+    # The session's own stream is made blocking: ordered with the legacy default stream.
+    assert open_stream(None, _Context, "Session") == (0x5000, {0x5000, 1})
+    assert open_stream(1, _Context, "Session") == (1, {1})  # the default streams: any context's
+    assert open_stream(2, _Context, "Session") == (2, {2, 1})
+    assert asked == [] and flags_asked == []
+    assert open_stream(0x100, _Context, "Session") == (0x100, {0x100})  # a non-blocking one
+    assert flags_asked == [(0x100, "Session")]
     with pytest.raises(tf.ValidationError,
                        match=r"^Session: stream=0x200 belongs to another context \(0xd0\), "
                              r"not device 3's primary context"):
         open_stream(0x200, _Context, "Session")
-    assert asked == [0x100, 0x200]
+    assert asked == [0x100, 0x200] and len(flags_asked) == 1
+
+
+def test_ordered_with_takes_the_legacy_stream_only_for_blocking_streams(monkeypatch):
+    # The driver orders a blocking stream (and the per-thread default stream) with the legacy
+    # default stream both ways; a non-blocking stream with nothing but itself.
+    from tenferro import _driver
+    from tenferro.interop.streams import LEGACY, PER_THREAD, ordered_with
+
+    flags_asked = []
+    monkeypatch.setattr(_driver, "stream_is_non_blocking",
+                        lambda h, op: flags_asked.append((h, op)) or h == 0x200)
+    assert ordered_with(LEGACY, "op") == {LEGACY}
+    assert ordered_with(PER_THREAD, "op") == {PER_THREAD, LEGACY}
+    assert flags_asked == []  # the default streams' handles are known: no driver call
+    assert ordered_with(0x100, "op") == {0x100, LEGACY}
+    assert ordered_with(0x200, "op") == {0x200}
+    assert flags_asked == [(0x100, "op"), (0x200, "op")]
+
+    def refuse(h, op):
+        raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_INVALID_HANDLE")
+
+    monkeypatch.setattr(_driver, "stream_is_non_blocking", refuse)
+    with pytest.raises(tf.BackendError, match=r"^Session: the driver returned CUDA_ERROR_INV"):
+        ordered_with(0x300, "Session")
 
 
 def test_stream_ordering_waits_once_per_producer_stream_at_the_flush(monkeypatch):
@@ -86,7 +114,7 @@ def test_stream_ordering_waits_once_per_producer_stream_at_the_flush(monkeypatch
     monkeypatch.setattr(_driver, "wait_for_stream",
                         lambda waiter, producer, event, op: waits.append((waiter, producer,
                                                                           event, op)))
-    order = StreamOrdering(0x50, 0xE0)
+    order = StreamOrdering(0x50, 0xE0, frozenset((0x50,)))
     order.flush("session.launch")
     assert waits == [] and order.pending == []  # nothing pending: no driver call
     for producer in (0x70, 0x71, 0x70, 1):

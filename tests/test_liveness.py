@@ -146,6 +146,39 @@ def test_capture_collects_apart_and_defers_frees(fake):
     assert fake.freed == [(0x1000, 3)] and live.deferred_frees == []
 
 
+def test_releases_deferred_in_a_capture_run_after_it_before_the_frees(fake):
+    # A graph dropped mid-capture is destroyed after it: on a blocking stream a destroy during
+    # the capture invalidates it. A release that raises does not stop the others or the frees.
+    live = _liveness.Liveness(stream=3, fence_every=8, fence_bytes=1 << 30)
+    order = []
+    saved = live.begin_capture()
+    live.defer_free(0x1000)
+    live.defer_release(lambda: order.append("first"))
+
+    def refused():
+        order.append("refused")
+        raise tf.BackendError("cuGraphExecDestroy failed")
+
+    live.defer_release(refused)
+    live.defer_release(lambda: order.append(("last", list(fake.freed))))
+    live.end_capture(saved)
+    assert order == [] and fake.freed == []  # nothing runs before the capture's end is seen
+    live.free_deferred()
+    assert order == ["first", "refused", ("last", [])]  # every release, each before the frees
+    assert fake.freed == [(0x1000, 3)] and live.deferred_releases == []
+    live.free_deferred()
+    assert len(order) == 3  # run once
+
+
+def test_close_runs_the_releases_a_capture_deferred(fake):
+    live = _liveness.Liveness(stream=5, fence_every=8, fence_bytes=1 << 30)
+    ran = []
+    live.end_capture(live.begin_capture())
+    live.defer_release(lambda: ran.append(1))
+    live.close()
+    assert ran == [1] and live.deferred_releases == []
+
+
 def test_the_generation_grows_at_every_change_of_the_holds_list(fake):
     # A bound launch holds itself again when the generation differs from the one it saw:
     # a value seen before must never come back.

@@ -172,6 +172,32 @@ def test_session_on_an_external_stream(rng):
         _driver.set_current(prev)
 
 
+@pytest.mark.gpu
+def test_the_sessions_stream_is_blocking_and_knows_the_streams_ordered_with_it(device):
+    # Its own stream and the legacy default stream (torch's, CuPy's, numba's unless told
+    # otherwise) wait for each other in the driver; a non-blocking stream with nothing else.
+    from cuda.bindings import driver as cu
+
+    with tf.Session(device=device) as s:
+        assert not _driver.stream_is_non_blocking(s.stream, "test")
+        assert s.ordering.in_order_with == {s.stream, 1}
+    ctx = _driver.PrimaryContext.get(device)
+    prev = ctx.make_current()
+    err, non_blocking = cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    assert err == cu.CUresult.CUDA_SUCCESS
+    non_blocking, blocking = int(non_blocking), _driver.stream_create()
+    try:
+        assert _driver.stream_is_non_blocking(non_blocking, "test")
+        for stream, want in ((non_blocking, {non_blocking}), (blocking, {blocking, 1}),
+                             (1, {1}), (2, {2, 1})):
+            with tf.Session(device=device, stream=stream) as s:
+                assert s.ordering.in_order_with == want, stream
+    finally:
+        _driver.stream_destroy(blocking)
+        _driver.stream_destroy(non_blocking)
+        _driver.set_current(prev)
+
+
 FAULT_SCRIPT = r'''
 import numpy as np, tenferro as tf
 SRC = r"""extern "C" __global__ void bad(float* p) { p[threadIdx.x + (1ull << 40)] = 1.0f; }"""

@@ -57,7 +57,8 @@ class _Export:
             return
         s = t.session
         stream = self.consumer_stream
-        if stream is not None and s.is_open and t.ptr and stream != s.stream:
+        if stream is not None and s.is_open and t.ptr and \
+                stream not in s.ordering.in_order_with:
             # The consumer may have queued work on its stream that still reads this memory.
             t.context.push()
             try:
@@ -154,7 +155,7 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
         if tensor.nbytes:
             _driver.memcpy_dtod_async(dup.ptr, tensor.ptr, tensor.nbytes, s.stream, op)
         tensor, flags = dup, FLAG_IS_COPIED
-    if s.is_open and consumer is not None and consumer != s.stream:
+    if s.is_open and consumer is not None and consumer not in s.ordering.in_order_with:
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: not allowed during s.capture(): ordering the "
                                     "consumer's stream needs an event")

@@ -3,8 +3,9 @@
 `import_span` is what ``s.tensor``, ``s.tensor_mut``, ``s.from_dlpack`` and the memory
 operations call. A foreign producer is read by `read_foreign` (DLPack first, CAI otherwise),
 checked for device memory of the session's device, ordered before the session's stream with an
-event, then held to the rules every span follows: dtype, compact strides unless allowed, whole
-elements, the address space, no zero stride for writing, alignment.
+event (none where the driver orders the two streams already), then held to the rules every
+span follows: dtype, compact strides unless allowed, whole elements, the address space, no zero
+stride for writing, alignment.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     direct = None if reader is None else reader(x, s.device, op)
     if direct is not None:  # torch: its own attributes, no DLPack capsule
         ptr, shape, strides, t, stream, nbytes = direct
-        if stream != s.stream:
+        if stream not in s.ordering.in_order_with:
             _producer_stream(s, stream, defer, op)
         if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
                 not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
@@ -83,7 +84,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
                                                    f.owner, f.readonly)
         marked = readonly
-        if f.stream is not None and f.stream != s.stream:
+        if f.stream is not None and f.stream not in s.ordering.in_order_with:
             _producer_stream(s, f.stream, defer, op)
     if readonly and cls is not TensorRef:
         raise ValidationError(f"{op}: x is read-only (its producer says so); use "
@@ -150,7 +151,8 @@ def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
     if x.device != s.device:
         raise wrong_device(op, x.device, s.device)
     other = x.session
-    if other.is_open:  # the other session may still be writing it: order after its stream
+    if other.is_open and other.stream not in s.ordering.in_order_with:
+        # The other session may still be writing it: order after its stream.
         s.refuse_in_capture(op, "a Tensor of another open session needs an event")
         _order_after(s, other.stream, op)
 
@@ -207,7 +209,7 @@ def _span_import(cls: type, op: str) -> Any:
                             got = compact_span(s, cls, x, ptr, shape, t)
                         if got is not None:
                             stream = current_stream(dev) or LEGACY
-                            if stream != s.stream:
+                            if stream not in s.ordering.in_order_with:
                                 s.ordering.defer(stream)
                             return got
         return import_span(s, x, cls, dtype, allow_strided, op, defer=True)

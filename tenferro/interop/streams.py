@@ -24,7 +24,7 @@ from ..errors import ValidationError
 from ..spans import ADDRESS_END as _HANDLE_END
 
 __all__ = ["LEGACY", "PER_THREAD", "StreamOrdering", "open_stream", "order_after",
-           "stream_value"]
+           "ordered_with", "stream_value"]
 
 LEGACY, PER_THREAD = 1, 2
 
@@ -75,17 +75,31 @@ def order_after(waiter: int, producer: int, event: int, op: str) -> None:
     _driver.wait_for_stream(waiter, producer, event, op)
 
 
-def open_stream(external: int | None, context: Any, op: str) -> int:
-    """A session's stream: a new non-blocking one for ``external=None``, else ``external``.
+def ordered_with(stream: int, op: str) -> frozenset[int]:
+    """The streams whose earlier work the driver orders before ``stream``'s, and ours before theirs.
 
-    A given handle must belong to ``context`` (1 and 2, the default streams, always do).
+    ``stream`` itself, and the legacy default stream where ``stream`` is blocking (made without
+    CU_STREAM_NON_BLOCKING, as the per-thread default stream is): the driver makes each wait
+    for the other's earlier work. Ordering with these needs no event.
+    """
+    if stream in (LEGACY, PER_THREAD) or not _driver.stream_is_non_blocking(stream, op):
+        return frozenset((stream, LEGACY))
+    return frozenset((stream,))
+
+
+def open_stream(external: int | None, context: Any, op: str) -> tuple[int, frozenset[int]]:
+    """A session's stream and the streams ordered with it (`ordered_with`).
+
+    ``external=None`` makes a new blocking stream; a given handle must belong to ``context``
+    (1 and 2, the default streams, always do).
     """
     if external is None:
-        return _driver.stream_create()
+        stream = _driver.stream_create()
+        return stream, frozenset((stream, LEGACY))
     if external > PER_THREAD and (ctx := _driver.stream_context(external)) != context.handle:
         raise ValidationError(f"{op}: stream=0x{external:x} belongs to another context "
                               f"(0x{ctx:x}), not device {context.ordinal}'s primary context")
-    return external
+    return external, ordered_with(external, op)
 
 
 class StreamOrdering:
@@ -95,13 +109,15 @@ class StreamOrdering:
     one launch cost one event record and wait per producer stream, not one per tensor; every
     enqueue path calls `flush` when `pending` is not empty. Waiting at the enqueue rather than
     at the import also waits for what the producer enqueued in between: more, never less.
+    A stream in `in_order_with` (`ordered_with`) needs no event and is never pending.
     """
 
-    __slots__ = ("event", "pending", "stream")
+    __slots__ = ("event", "in_order_with", "pending", "stream")
 
-    def __init__(self, stream: int, event: int) -> None:
+    def __init__(self, stream: int, event: int, in_order_with: frozenset[int]) -> None:
         self.stream = stream
         self.event = event
+        self.in_order_with = in_order_with  # streams the driver orders with ours: no event
         self.pending: list[int] = []
 
     def defer(self, producer: int) -> None:
