@@ -12,8 +12,9 @@ scalars, the event record and wait that orders the session after torch's stream.
 
 After the timing, the same process puts the fast paths (spans of torch tensors given again,
 the launch's identity shortcut warm) to the cases they must still refuse or order: a torch
-tensor of the wrong dtype, a producer stream still asleep before it writes the input, a
-read-only producer given to ``tensor_mut``, a read-only span where the numba kernel writes,
+tensor of the wrong dtype, a producer stream still asleep before it writes the input (a torch
+side stream; torch's default stream, and torch's read of the output after it), a read-only
+producer given to ``tensor_mut``, a read-only span where the numba kernel writes,
 and an overlap. Each refused launch must leave the output as it was; the run fails if one does not.
 """
 
@@ -219,6 +220,22 @@ def fast_path_checks(torch, s, fn, nk, cfg, y, x) -> list[tuple[str, str, bool]]
     s.synchronize()
     err = float((y.double() - want.double()).abs().max())
     rows.append(("x written on another torch stream after a spin, read by our launch",
+                 f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e} (float32)", err == 0))
+
+    # torch's default stream, both ways, no event: torch writes x late and our launch reads
+    # it; the session's stream is held back before that launch, and torch reads y at once.
+    want = y + 3.0
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)
+    x.fill_(0.5)
+    x.add_(1.0)
+    with torch.cuda.stream(torch.cuda.ExternalStream(s.stream_handle)):
+        torch.cuda._sleep(200_000_000)  # on the session's own stream
+    s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
+    got = y.double()  # torch's op on its default stream, right after the launch
+    err = float((got - want.double()).abs().max())
+    rows.append(("x written late on torch's default stream, read by our launch on a held-back "
+                 "own stream, y read by torch at once",
                  f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e} (float32)", err == 0))
     return rows
 
