@@ -6,9 +6,9 @@ n = 4096 float32 elements (64 x 64 for the row kernels), so the device keeps up 
 and the figure is the host's. Every call is given the arrays themselves, as a user writes it:
 tf.Tensors of the session, torch tensors to a session on its own stream (blocking: the driver
 orders it with torch's default stream, no event), and torch tensors to a session opened on
-torch's current stream. torch's op is the one that writes into an existing output where ours does (``fill_``,
-``copy_``, ``add_``, ``out=``); ``sum`` and ``max`` make a new 0-d result in both libraries, and
-torch's softmax a new output (it takes no ``out``).
+torch's current stream. torch's op is the one that writes into an existing output where ours
+does (``fill_``, ``copy_``, ``add_``, ``out=``); ``sum`` and ``max`` make a new 0-d result in
+both libraries, and torch's softmax a new output (it takes no ``out``).
 All rows run interleaved in one process with the launch benchmark's timer (median of batches).
 Before the timing every tenferro row's result is checked against torch's.
 """

@@ -63,6 +63,9 @@ class Graph:
         s.check_use(op)
         if s.liveness.capturing:
             raise RuntimeStateError(f"{op}: not during a capture")
+        if self._exec is None:
+            raise RuntimeStateError(f"{op}: the graph cannot replay: making its executable "
+                                    "graph again after a refused update failed; capture anew")
         try:
             if s.ordering.pending:
                 s.ordering.flush(op)
@@ -92,7 +95,11 @@ class Graph:
             if why is not None:  # the driver may have left it part-updated: made anew
                 stale, self._exec = self._exec, None
                 stale.destroy()  # launches in flight finish first; the driver frees it after
-                self._exec = _driver.ExecutableGraph(self._graph, self.session.stream, op)
+                try:
+                    self._exec = _driver.ExecutableGraph(self._graph, self.session.stream, op)
+                except BaseException:  # the graph can no longer replay; graph is still owned
+                    _driver.graph_destroy(graph)
+                    raise
         if why is not None:
             _driver.graph_destroy(graph)
             raise ValidationError(

@@ -269,11 +269,13 @@ def test_an_invalidated_capture_on_a_blocking_stream_says_why(monkeypatch, in_or
     from tenferro import graph as graph_part
 
     def refuse(stream, op):
+        assert stream == 0x5  # the session's
         raise tf.BackendError(f"{op}: the driver returned {result}", result, 901)
 
     monkeypatch.setattr(graph_part._driver, "capture_begin", lambda stream, op: None)
     monkeypatch.setattr(graph_part._driver, "capture_end", refuse)
     s = _CapturingSession(in_order_with)
+    s.liveness.hold("before")  # held before the capture: held again after it
     why = r"_INVALIDATED: the session.s stream is blocking, .*legacy default stream during the "
     why += r"capture.*non-blocking stream"
     with pytest.raises(tf.BackendError) as got:
@@ -283,6 +285,7 @@ def test_an_invalidated_capture_on_a_blocking_stream_says_why(monkeypatch, in_or
     assert str(got.value).startswith(f"session.capture: the driver returned {result}")
     assert bool(re.search(why, str(got.value))) is explained
     assert got.value.__cause__ is None and cap.graph is None and not s.liveness.capturing
+    assert s.liveness.held == ["before"]
     with pytest.raises(KeyError) as body:  # the body's own exception wins, with a note
         with graph_part.capture(s):
             raise KeyError("body")
@@ -330,6 +333,27 @@ def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
     # A part-updated executable graph is not kept: a new one is made from the old graph.
     assert first_exec.destroyed and g._exec is _Exec.made[-1] and g._exec.graph == 0x10
     assert (g._exec.stream, g._exec.op) == (0x5, "session.capture")  # on the session's stream
+
+
+def test_a_graph_whose_executable_cannot_be_made_again_after_a_refused_update(stand_in_graph):
+    # The driver refuses the update, then the executable graph of the old graph: the new
+    # capture is destroyed all the same, replay is refused, and the old graph goes with it.
+    g, destroyed = stand_in_graph
+    first_exec = g._exec
+    _Exec.refuse, _Exec.fail = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", True
+    with pytest.raises(tf.BackendError, match=r"^session\.capture: the driver returned "
+                                              r"CUDA_ERROR_OUT_OF_MEMORY"):
+        g.take_update(0x20, 2, ["new owners"], "session.capture")
+    assert first_exec.destroyed == 1 and g._exec is None and destroyed == [0x20]
+    session = g.session
+    session.check_use = lambda op: None
+    with pytest.raises(tf.RuntimeStateError, match=r"^graph\.launch: the graph cannot replay: "
+                                                   r"making its executable graph again after "
+                                                   r"a refused update failed"):
+        g.launch()
+    assert session.liveness.held == [] and destroyed == [0x20]
+    g.__del__()  # what dropping it runs (the fixture still holds it)
+    assert destroyed == [0x20, 0x10] and first_exec.destroyed == 1
 
 
 @pytest.mark.parametrize("count", [1, 3])

@@ -115,6 +115,7 @@ def test_stream_ordering_waits_once_per_producer_stream_at_the_flush(monkeypatch
                         lambda waiter, producer, event, op: waits.append((waiter, producer,
                                                                           event, op)))
     order = StreamOrdering(0x50, 0xE0, frozenset((0x50,)))
+    assert order.in_order_with == {0x50}
     order.flush("session.launch")
     assert waits == [] and order.pending == []  # nothing pending: no driver call
     for producer in (0x70, 0x71, 0x70, 1):
