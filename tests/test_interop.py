@@ -613,8 +613,9 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
     # Any other stream still gets one, and the legacy stream gets one on a non-blocking stream.
     from tenferro.interop import imports
 
-    ordered = []
-    monkeypatch.setattr(imports, "_order_after", lambda s, stream, op: ordered.append(stream))
+    ordered = []  # (session, stream, operation) of each ordering made at once
+    monkeypatch.setattr(imports, "_order_after",
+                        lambda sess, stream, op: ordered.append((sess, stream, op)))
     monkeypatch.setattr(imports, "check_memory", lambda f, device, op: None)
     made = []
 
@@ -641,7 +642,8 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
         ordered.clear()
         s.deferred.clear()
         span_from(s, producer)
-        return ordered + s.deferred
+        assert all(sess is s and op == "session.copy: src" for sess, _, op in ordered)
+        return [stream for _, stream, _ in ordered] + s.deferred
 
     s = _ImportingSession()
     s.in_order_with = frozenset((7, 1))  # the session's own stream is blocking
@@ -649,14 +651,107 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
     assert orders(s, 9) == [9]
     s.capturing, s.fast_path_ok = True, False  # no event to make: nothing a capture refuses
     assert orders(s, 1) == []
+    why = ("a Tensor of another open session needs an event" if path.startswith("another")
+           else "ordering after the producer's stream needs an event; make the span before "
+                "the capture")
     with pytest.raises(tf.RuntimeStateError, match=r"^session\.\w+(: src)?: not allowed during "
-                                                   r"s\.capture\(\)"):
+                                                   rf"s\.capture\(\): {re.escape(why)}$"):
         span_from(s, 9)
     s = _ImportingSession()  # a non-blocking session stream
     assert orders(s, 1) == [1]
     assert orders(s, 7) == []
     for t in made:
         t.ptr = 0  # the stand-in has no driver to free it with
+
+
+@pytest.fixture
+def foreign_reads(monkeypatch):
+    """`import_span`'s foreign path on the CPU: its calls of read_foreign and check_memory."""
+    from tenferro.interop import imports
+
+    calls = []
+    real = imports.read_foreign
+
+    def read(x, stream, device, capturing, op, **kw):
+        calls.append(("read", stream, device, capturing, op, kw))
+        return real(x, stream, device, capturing, op, **kw)
+
+    monkeypatch.setattr(imports, "read_foreign", read)
+    monkeypatch.setattr(imports, "check_memory",
+                        lambda f, device, op: calls.append(("check", f.ptr, device, op)))
+    return calls
+
+
+def test_a_foreign_span_is_what_the_producer_describes_for_this_session(cai, foreign_reads):
+    from tenferro.interop import imports
+
+    s = _ImportingSession()
+    s.device = 3
+    x = cai(0x1000, (4, 3), "<f4", stream=7)
+    op = "session.copy: src"
+    span = imports.import_span(s, x, tf.TensorMut, np.float32, False, op)
+    assert foreign_reads == [("read", 7, 3, False, op, {"dlpack_only": False}),
+                             ("check", 0x1000, 3, op)]
+    assert (type(span), span.ptr, span.shape, span.strides, span.device, span.owner,
+            span.session, span.producer_readonly) == \
+        (tf.TensorMut, 0x1000, (4, 3), (12, 4), 3, x, s, False)
+    ro = cai(0x2000, (4,), "<f4", readonly=True, stream=7)
+    with pytest.raises(tf.ValidationError, match=r"^session\.copy: src: x is read-only \(its "
+                                                 r"producer says so\); use s\.tensor\(x\)"):
+        imports.import_span(s, ro, tf.TensorMut, None, False, op)
+    ref = imports.import_span(s, ro, tf.TensorRef, None, False, op)
+    assert ref.producer_readonly and ref.owner is ro and ref.session is s
+    with pytest.raises(tf.ValidationError, match=r"^session\.copy: src: 'no such dtype' is "
+                                                 r"not a dtype"):
+        imports.import_span(s, x, tf.TensorRef, "no such dtype", False, op)
+
+
+@pytest.mark.parametrize(("shape", "strides", "cls", "refused"), [
+    ((2, 3), (24, 4), tf.TensorMut, None),  # every other row: taken with allow_strided
+    ((2, 3), (26, 4), tf.TensorRef, "not multiples of its 4-byte"),  # an extent of two
+    ((1, 2, 3), (6, 24, 4), tf.TensorRef, None),  # an extent of one: its stride is never used
+    ((2, 3), (0, 4), tf.TensorRef, None),  # a broadcast view may be read
+    ((2, 3), (0, 4), tf.TensorMut, "a zero stride"),
+    ((1, 2, 3), (0, 24, 4), tf.TensorMut, None),  # a zero stride on an extent of one: no race
+    ((2, 3), (-24, 4), tf.TensorRef, None),  # one row back from address 24: lo is 0
+    ((3, 3), (-24, 4), tf.TensorRef, "reach outside the address space"),  # two rows from 40
+])
+def test_a_strided_foreign_span_is_checked_on_both_sides(cai, foreign_reads, shape, strides,
+                                                         cls, refused):
+    from tenferro.interop import imports
+
+    s = _ImportingSession()
+    ptr = (24 if shape == (2, 3) else 40) if strides[0] < 0 else 0x1000
+    x = cai(ptr, shape, "<f4", strides=strides, stream=7)
+    op = "session.tensor"
+    if refused is None:
+        span = imports.import_span(s, x, cls, None, True, op)
+        assert (span.shape, span.strides, type(span)) == (shape, strides, cls)
+    else:
+        with pytest.raises(tf.ValidationError, match=rf"^session\.tensor: .*{refused}"):
+            imports.import_span(s, x, cls, None, True, op)
+
+
+def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_reads):
+    from tenferro.interop import imports
+    from tenferro.spans import ADDRESS_END
+
+    s = _ImportingSession()
+    op = "session.tensor"
+    last = imports.import_span(s, cai(ADDRESS_END - 16, (4,), "<f4", stream=7), tf.TensorRef,
+                               None, False, op)
+    assert last.hi == ADDRESS_END
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's 16 bytes from "
+                                                 r"0x[0-9a-f]+ reach outside the address space"):
+        imports.import_span(s, cai(ADDRESS_END - 12, (4,), "<f4", stream=7), tf.TensorRef,
+                            None, False, op)
+    strided = imports.import_span(s, cai(ADDRESS_END - 28, (2, 2), "<f4", strides=(20, 4),
+                                         stream=7), tf.TensorRef, None, True, op)
+    assert strided.hi == ADDRESS_END  # its last element ends at the last byte
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's strides=\(20, 4\) .*"
+                                                 r"reach outside the address space"):
+        imports.import_span(s, cai(ADDRESS_END - 24, (2, 2), "<f4", strides=(20, 4), stream=7),
+                            tf.TensorRef, None, True, op)
 
 
 def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
