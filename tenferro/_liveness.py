@@ -35,9 +35,8 @@ class Liveness:
     """
 
     __slots__ = ("allocated", "caches", "capturing", "deferred_frees", "deferred_releases",
-                 "fence_bytes",
-                 "fence_every", "fences", "generation", "held", "retained", "spare_blocks",
-                 "spare_events", "stream")
+                 "fence_bytes", "fence_every", "fences", "generation", "held", "retained",
+                 "spare_blocks", "spare_events", "stream")
 
     def __init__(self, stream: int, fence_every: int, fence_bytes: int) -> None:
         self.stream = stream
