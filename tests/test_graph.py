@@ -194,6 +194,24 @@ class _Exec:
     destroy_raises = False
 
 
+class _CapturingSession:
+    """What a Graph and a Capture ask of their session: stream 0x5, blocking unless told
+    otherwise, and a real Liveness."""
+
+    def __init__(self, in_order_with=frozenset((0x5, 1))):
+        import types
+
+        self.stream, self.active_timeline = 0x5, None
+        self.liveness = Liveness(0x5, 256, 256 << 20)
+        self.ordering = types.SimpleNamespace(pending=[], in_order_with=in_order_with)
+
+    def check_use(self, op):
+        pass
+
+    def refresh_fast_path(self):
+        pass
+
+
 @pytest.fixture
 def stand_in_graph(monkeypatch):
     """A Graph of graph handle 0x10 over a stand-in driver; the handles destroyed are listed."""
@@ -203,9 +221,7 @@ def stand_in_graph(monkeypatch):
     _Exec.made, _Exec.refuse, _Exec.fail, _Exec.destroy_raises = [], None, False, False
     monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _Exec)
     monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
-    live = Liveness(0x5, 256, 256 << 20)
-    session = type("S", (), {"stream": 0x5, "liveness": live})()
-    g = graph_part.Graph(session, 0x10, 2, ["old owners"])
+    g = graph_part.Graph(_CapturingSession(), 0x10, 2, ["old owners"])
     return g, destroyed
 
 
@@ -240,23 +256,6 @@ def test_a_graph_dropped_during_a_capture_is_destroyed_after_it(stand_in_graph):
     g = graph_part.Graph(session, 0x40, 1, ["owners"])  # outside a capture: at once
     del g
     assert destroyed == [0x30, 0x40] and live.deferred_releases == []
-
-
-class _CapturingSession:
-    """What a Capture asks of its session, on stream 0x5, blocking unless told otherwise."""
-
-    def __init__(self, in_order_with=frozenset((0x5, 1))):
-        import types
-
-        self.stream, self.active_timeline = 0x5, None
-        self.liveness = Liveness(0x5, 256, 256 << 20)
-        self.ordering = types.SimpleNamespace(pending=[], in_order_with=in_order_with)
-
-    def check_use(self, op):
-        pass
-
-    def refresh_fast_path(self):
-        pass
 
 
 @pytest.mark.parametrize(("in_order_with", "result", "explained"), [
@@ -346,7 +345,6 @@ def test_a_graph_whose_executable_cannot_be_made_again_after_a_refused_update(st
         g.take_update(0x20, 2, ["new owners"], "session.capture")
     assert first_exec.destroyed == 1 and g._exec is None and destroyed == [0x20]
     session = g.session
-    session.check_use = lambda op: None
     with pytest.raises(tf.RuntimeStateError, match=r"^graph\.launch: the graph cannot replay: "
                                                    r"making its executable graph again after "
                                                    r"a refused update failed"):

@@ -109,7 +109,7 @@ class StreamOrdering:
     one launch cost one event record and wait per producer stream, not one per tensor; every
     enqueue path calls `flush` when `pending` is not empty. Waiting at the enqueue rather than
     at the import also waits for what the producer enqueued in between: more, never less.
-    A stream in `in_order_with` (`ordered_with`) needs no event and is never pending.
+    A stream in `in_order_with` (`ordered_with`) needs no event: the imports never defer it.
     """
 
     __slots__ = ("event", "in_order_with", "pending", "stream")
