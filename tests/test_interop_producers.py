@@ -218,9 +218,7 @@ def test_a_memory_operation_on_a_span_waits_for_its_producer(session, rng):
 
 def test_spans_made_before_a_capture_are_ordered_before_it(session, rng):
     # A tensor of torch's default stream needs no event on the session's blocking stream, so
-    # a span of it is not refused in a capture. The driver does not order a graph launch with
-    # the legacy stream, though: a replay after torch writes the tensor again is not ordered
-    # after that write (seen on an H100), so this test replays once, before any such write.
+    # a span of it is not refused in a capture, and the replay reads what torch wrote late.
     fn = session.compile(AXPY).function("axpy")
     n = 2048
     y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
