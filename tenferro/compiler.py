@@ -172,7 +172,8 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
         source_bytes, name.encode(), [o.encode() for o in (*base_opts, *opts)],
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
-        raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}", log)
+        raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}"
+                           f"{_missing_header_hint(log)}", log)
     ptx_text = ptx.decode()
     entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
@@ -181,6 +182,47 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
+
+
+# The host's C and C++ library headers, which NVRTC does not have: what serves in device code.
+_BUILT_IN = "drop it: {} built in to device code"
+_STD_HEADERS = {
+    **dict.fromkeys(("cmath", "math.h"), _BUILT_IN.format(
+        "sqrtf, expf, fmaxf and the other math functions are") + " (<cuda/std/cmath> has "
+        "cuda::std::sqrt and the like)"),
+    **dict.fromkeys(("cstdio", "stdio.h"), _BUILT_IN.format("printf is")),
+    **dict.fromkeys(("cassert", "assert.h"), _BUILT_IN.format("assert is")),
+    **dict.fromkeys(("cstdint", "stdint.h", "cinttypes", "inttypes.h"),
+                    "include <cuda/std/cstdint> (int64_t, uint32_t, ... and cuda::std::int64_t)"),
+    **{f"c{name}": f"include <cuda/std/c{name}>" for name in ("stddef", "limits", "float")},
+    **{f"{name}.h": f"include <cuda/std/c{name}>" for name in ("stddef", "limits", "float")},
+    **{name: f"include <cuda/std/{name}>" for name in (
+        "array", "atomic", "bit", "complex", "functional", "limits", "numeric", "optional",
+        "span", "tuple", "type_traits", "utility", "variant")},
+}
+# Other host library headers, with no device counterpart to name.
+_HOST_ONLY = frozenset((
+    "algorithm", "cstdlib", "stdlib.h", "cstring", "string.h", "ctime", "time.h", "iostream",
+    "memory", "string", "vector", "map", "unordered_map", "set", "sstream", "fstream",
+    "stdexcept", "exception", "chrono", "thread", "mutex"))
+_MISSING_HEADER = re.compile(r'cannot open source file "([^"]+)"')
+
+
+def _missing_header_hint(log: str) -> str:
+    """What to do about the first header NVRTC could not open, or '' if none was missing."""
+    m = _MISSING_HEADER.search(log)
+    if m is None:
+        return ""
+    header = m.group(1)
+    instead = _STD_HEADERS.get(header)
+    if instead is not None:
+        return f": <{header}> is a host C/C++ library header, which NVRTC does not have; {instead}"
+    if header in _HOST_ONLY:
+        return (f": <{header}> is a host C/C++ library header, which NVRTC does not have and "
+                "device code cannot use (libcu++ has device versions of many as "
+                "<cuda/std/...>)")
+    return (f": it could not open {header!r}; give the folder that holds it with "
+            "options=['-I/path/to/folder']")
 
 
 # Instantiated on ``decltype(&kernel)`` for each extern "C" kernel, in a second compile, so that

@@ -1,8 +1,11 @@
 """CUDA C compilation (tenferro.compiler): NVRTC, the disk cache, C types, refusals; no GPU."""
 
+import re
+
 import pytest
 
 import tenferro as tf
+from tenferro import compiler
 
 SRC = r'''extern "C" __global__ void scale(float* y, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -408,3 +411,46 @@ def test_a_kernel_made_by_a_macro_is_probed_after_the_compile(monkeypatch):
     r = tf.compile_cuda(src, arch="sm_90")
     assert [thread for thread, _ in seen] == ["MainThread", "MainThread"]  # no guess to start
     assert r.signatures["ones"].params[0].c_type.spell() == "float*"
+
+
+def _first_line(exc):
+    return str(exc.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("header", sorted(compiler._STD_HEADERS))
+def test_a_host_library_header_is_refused_with_what_serves_in_device_code(header):
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda(f"#include <{header}>\n", cache=False)
+    hint = _first_line(info).removeprefix("compile_cuda: NVRTC failed to compile 'tenferro.cu' "
+                                          "for sm_90: ")
+    assert hint.startswith(f"<{header}> is a host C/C++ library header, which NVRTC does not "
+                           "have; ")
+    assert f'cannot open source file "{header}"' in info.value.log  # the log as it was
+    # What the hint names does compile: the header it names, or no header at all.
+    named = re.search(r"include (<cuda/std/\w+>)", hint)
+    use = {"printf": 'printf("%f", y[0]);', "assert": "assert(y[0] > 0);",
+           "sqrtf": "y[0] = sqrtf(y[0]) + fmaxf(y[0], 1.f);"}
+    body = next((code for word, code in use.items() if hint.startswith(
+        f"<{header}> is a host C/C++ library header, which NVRTC does not have; drop it: {word}")),
+        "")
+    assert (named is None) == bool(body), hint
+    source = (f"#include {named.group(1)}\n" if named else "") + \
+        f'extern "C" __global__ void k(float* y) {{ {body} }}'
+    assert tf.compile_cuda(source, cache=False).image
+
+
+@pytest.mark.parametrize(("header", "says"), [
+    ("vector", "which NVRTC does not have and device code cannot use"),
+    ("myheader.cuh", "it could not open 'myheader.cuh'; give the folder that holds it with "
+                     "options=['-I/path/to/folder']"),
+])
+def test_other_missing_headers_are_named_with_what_to_do(header, says):
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda(f'#include "{header}"\n', cache=False)
+    assert says in _first_line(info) and header in info.value.log
+
+
+def test_an_error_that_is_not_a_missing_header_gets_no_header_hint():
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda('extern "C" __global__ void k(float* y) { y[0] = nope; }', cache=False)
+    assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
