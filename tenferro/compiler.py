@@ -31,9 +31,12 @@ from .signature import (
 )
 from .variables import Variable
 
-__all__ = ["CompiledCuda", "cache_dir", "cache_stats", "compile_cuda"]
+__all__ = ["STD_HEADERS_DIR", "CompiledCuda", "cache_dir", "cache_stats", "compile_cuda"]
 
-_CACHE_FORMAT = 3  # 2: entries keep the C-type probes' names; 3: the variables' too
+_CACHE_FORMAT = 4  # 2: C-type probes' names; 3: the variables' too; 4: the nvrtc_std headers
+# What NVRTC lacks of the C and C++ library headers (<cstdint>, <cmath>, ...), from libcu++;
+# searched after the user's own -I folders.
+STD_HEADERS_DIR = str(Path(__file__).with_name("nvrtc_std"))
 _stats_lock = threading.Lock()
 _stats = {"hits": 0, "misses": 0}
 
@@ -166,10 +169,10 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
             return _finish(hit, source, target, arch, from_cache=True)
     with _stats_lock:
         _stats["misses"] += 1
-    probe_opts = [*base_opts, *opts]
+    probe_opts = [*base_opts, *opts, f"-I{STD_HEADERS_DIR}"]
     early = _early_c_type_probes(source, name, probe_opts)  # beside the kernels' compile
     ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
-        source_bytes, name.encode(), [o.encode() for o in (*base_opts, *opts)],
+        source_bytes, name.encode(), [o.encode() for o in probe_opts],
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}"
@@ -184,27 +187,15 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     return _finish(entry, source, target, arch, from_cache=False)
 
 
-# The host's C and C++ library headers, which NVRTC does not have: what serves in device code.
-_BUILT_IN = "drop it: {} built in to device code"
-_STD_HEADERS = {
-    **dict.fromkeys(("cmath", "math.h"), _BUILT_IN.format(
-        "sqrtf, expf, fmaxf and the other math functions are") + " (<cuda/std/cmath> has "
-        "cuda::std::sqrt and the like)"),
-    **dict.fromkeys(("cstdio", "stdio.h"), _BUILT_IN.format("printf is")),
-    **dict.fromkeys(("cassert", "assert.h"), _BUILT_IN.format("assert is")),
-    **dict.fromkeys(("cstdint", "stdint.h", "cinttypes", "inttypes.h"),
-                    "include <cuda/std/cstdint> (int64_t, uint32_t, ... and cuda::std::int64_t)"),
-    **{f"c{name}": f"include <cuda/std/c{name}>" for name in ("stddef", "limits", "float")},
-    **{f"{name}.h": f"include <cuda/std/c{name}>" for name in ("stddef", "limits", "float")},
-    **{name: f"include <cuda/std/{name}>" for name in (
-        "array", "atomic", "bit", "complex", "functional", "limits", "numeric", "optional",
-        "span", "tuple", "type_traits", "utility", "variant")},
-}
-# Other host library headers, with no device counterpart to name.
+# C++ library headers libcu++ has as <cuda/std/NAME>, with its names in cuda::std.
+_IN_LIBCUXX = frozenset((
+    "array", "atomic", "bit", "complex", "functional", "numeric", "optional", "span", "tuple",
+    "type_traits", "utility", "variant"))
+# Host library headers with no device counterpart.
 _HOST_ONLY = frozenset((
-    "algorithm", "cstdlib", "stdlib.h", "cstring", "string.h", "ctime", "time.h", "iostream",
-    "memory", "string", "vector", "map", "unordered_map", "set", "sstream", "fstream",
-    "stdexcept", "exception", "chrono", "thread", "mutex"))
+    "cstdlib", "stdlib.h", "cstring", "string.h", "ctime", "time.h", "iostream", "memory",
+    "string", "vector", "map", "unordered_map", "set", "sstream", "fstream", "stdexcept",
+    "exception", "chrono", "thread", "mutex"))
 _MISSING_HEADER = re.compile(r'cannot open source file "([^"]+)"')
 
 
@@ -214,13 +205,12 @@ def _missing_header_hint(log: str) -> str:
     if m is None:
         return ""
     header = m.group(1)
-    instead = _STD_HEADERS.get(header)
-    if instead is not None:
-        return f": <{header}> is a host C/C++ library header, which NVRTC does not have; {instead}"
+    if header in _IN_LIBCUXX:
+        return (f": <{header}> is a host C++ library header; include <cuda/std/{header}> "
+                "and write cuda::std:: where the source writes std::")
     if header in _HOST_ONLY:
-        return (f": <{header}> is a host C/C++ library header, which NVRTC does not have and "
-                "device code cannot use (libcu++ has device versions of many as "
-                "<cuda/std/...>)")
+        return (f": <{header}> is a host C/C++ library header, which device code cannot use "
+                "(libcu++ has device versions of many as <cuda/std/...>)")
     return (f": it could not open {header!r}; give the folder that holds it with "
             "options=['-I/path/to/folder']")
 
