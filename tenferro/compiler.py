@@ -1,8 +1,9 @@
 """CUDA C compilation through NVRTC with a disk cache: `compile_cuda` and `CompiledCuda`.
 
 `compile_cuda` needs no GPU: it is what ``s.compile`` calls with the device's own architecture.
-The cache key covers the source, options, name expressions, architecture, target, and the
-NVRTC and driver versions; entries are written atomically (a temporary file, then a rename), so
+The cache key covers the source, options, name expressions, architecture, target, the
+NVRTC and driver versions, and the contents of the files the source includes from the user's
+``-I`` folders; entries are written atomically (a temporary file, then a rename), so
 concurrent processes never read a half-written entry. The location is ``$TENFERRO_CACHE_DIR``,
 else ``~/.cache/tenferro``.
 """
@@ -158,7 +159,8 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     base_opts = [arch_opt, "-std=c++17", *(f"-I{d}" for d in _driver.cuda_include_dirs())]
     nvrtc_ver = _driver.nvrtc_version()
     key = hashlib.sha256(json.dumps(
-        [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version],
+        [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version,
+         _user_headers(source, _include_dirs(opts))],
     ).encode()).hexdigest()
     path = cache_dir() / f"{key}.tfmod"
     if cache:
@@ -185,6 +187,54 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
+
+
+_INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
+
+
+def _include_dirs(opts: list[str]) -> list[str]:
+    """The folders the user's options add to the include path, in order."""
+    dirs = []
+    items = iter(opts)
+    for o in items:
+        if o in ("-I", "--include-path"):
+            following = next(items, None)
+            if following is not None:
+                dirs.append(following)
+        elif o.startswith("--include-path="):
+            dirs.append(o.split("=", 1)[1])
+        elif o.startswith("-I"):
+            dirs.append(o[2:])
+    return dirs
+
+
+def _user_headers(source: str, dirs: list[str]) -> list[list[str]]:
+    """Each file of the user's folders the source includes, directly or not, with its digest.
+
+    Part of the cache key, so a header edited since is compiled again. Every ``#include``
+    line counts, also under an ``#if`` that is false (a file more, never one less); an
+    include NVRTC would find elsewhere (its own headers) is not a file of these folders.
+    """
+    if not dirs:
+        return []
+    found: dict[str, str] = {}
+    todo = [(source, "")]  # a text and the folder of the file it came from
+    while todo:
+        text, here = todo.pop()
+        for quote, name in _INCLUDE_LINE.findall(text):
+            for folder in ([here] if quote == '"' and here else []) + dirs:
+                path = os.path.normpath(os.path.join(folder, name))
+                if path in found:
+                    break
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError:  # not there (or not a file): the next folder
+                    continue
+                found[path] = hashlib.sha256(data).hexdigest()
+                todo.append((data.decode("utf-8", "replace"), os.path.dirname(path)))
+                break
+    return sorted([path, digest] for path, digest in found.items())
 
 
 # C++ library headers libcu++ has as <cuda/std/NAME>, with its names in cuda::std.

@@ -491,3 +491,35 @@ def test_an_error_that_is_not_a_missing_header_gets_no_header_hint():
     with pytest.raises(tf.CompileError) as info:
         tf.compile_cuda('extern "C" __global__ void k(float* y) { y[0] = nope; }', cache=False)
     assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
+
+
+@pytest.mark.parametrize("form", ["-I{}", "--include-path={}"])
+def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monkeypatch, form):
+    # The cache key holds each included file of the user's folders: an edit two includes deep
+    # compiles again instead of giving back the kernel of the old header.
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    inc = tmp_path / "inc"
+    (inc / "sub").mkdir(parents=True)
+    (inc / "outer.cuh").write_text('#include "sub/inner.cuh"\n')
+    (inc / "sub" / "inner.cuh").write_text('#include "value.cuh"\n')  # beside inner.cuh
+    (inc / "sub" / "value.cuh").write_text("#define V 1111\n")
+    src = ('#include <outer.cuh>\n#if 0\n#include "nowhere.cuh"\n#endif\n'
+           'extern "C" __global__ void k(int* y) { y[0] = V; }\n')
+
+    def compiled():
+        return tf.compile_cuda(src, options=[form.format(inc)], target="ptx", arch="compute_90")
+
+    first = compiled()
+    assert not first.from_cache and "1111" in first.ptx
+    assert compiled().from_cache  # nothing changed: the cache serves
+    (inc / "sub" / "value.cuh").write_text("#define V 2222\n")
+    again = compiled()
+    assert not again.from_cache and "2222" in again.ptx and "1111" not in again.ptx
+    assert compiled().from_cache
+
+
+def test_a_source_without_include_folders_reads_no_files(monkeypatch):
+    opened = []
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a))
+    assert compiler._user_headers('#include "x.cuh"\n#include <cuda/std/cstdint>\n', []) == []
+    assert opened == []
