@@ -120,16 +120,25 @@ def _norm_options(options: Any, op: str) -> list[str]:
     return opts
 
 
-def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
+def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: str = "cubin",
                  options: Any = None, name_expressions: Any = None,
                  *, name: str = "tenferro.cu", cache: bool = True,
                  _driver_version: int = 0) -> CompiledCuda:
     """Compile CUDA C with NVRTC to a CUBIN or PTX for ``arch``; needs no GPU.
 
-    Refused: a non-str source, an unknown target, an arch that is not ``sm_NN``/``compute_NN``,
-    ``-arch`` inside ``options``. A failed compile raises `CompileError` carrying NVRTC's log.
+    ``source`` is CUDA C text, or a path (`pathlib.Path`) of a kernel file: its text is
+    compiled under the file's name, with its folder searched for the headers it includes.
+    Refused: a source that is neither, a file that cannot be read as UTF-8 text, an unknown
+    target, an arch that is not ``sm_NN``/``compute_NN``, ``-arch`` inside ``options``. A
+    failed compile raises `CompileError` carrying NVRTC's log.
     """
     op = "compile_cuda"
+    folder = None
+    if isinstance(source, os.PathLike):
+        path = Path(source)
+        source, folder = _read_kernel_file(path, op), str(path.resolve().parent)
+        if name == "tenferro.cu":  # NVRTC's log names the file
+            name = path.name
     if not isinstance(source, str):
         raise ValidationError(f"{op}: source must be str, got {type(source).__name__}")
     nul = source.find("\0")
@@ -150,6 +159,8 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     if m is None:
         raise ValidationError(f"{op}: {arch=} must look like 'sm_90' or 'compute_90'")
     opts = _norm_options(options, op)
+    if folder is not None:  # after the user's own folders
+        opts.append(f"-I{folder}")
     exprs = _norm_name_expressions(name_expressions, op)
     real_arch, virt_arch = f"sm_{m.group(2)}{m.group(3)}", f"compute_{m.group(2)}{m.group(3)}"
     if target == "cubin" and arch.startswith("compute_"):
@@ -187,6 +198,20 @@ def compile_cuda(source: str, arch: str = "sm_90", target: str = "cubin",
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
+
+
+def _read_kernel_file(path: Path, op: str) -> str:
+    """The text of the kernel file ``path``; a `ValidationError` naming it where it has none."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValidationError(f"{op}: source={str(path)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"{op}: source={str(path)!r} is not UTF-8 text (byte "
+                              f"{exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise ValidationError(f"{op}: source={str(path)!r} cannot be read: "
+                              f"{exc.strerror or exc}") from None
 
 
 _INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)

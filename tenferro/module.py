@@ -7,6 +7,7 @@ compile, the PTX, or the driver), its limits, and the launch record of its last 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -332,9 +333,11 @@ class Function:
 # --- loading into a session, which the session delegates to; it unloads them at its end ------
 
 
-def compile_module(s: Any, source: str, options: Any = None, name_expressions: Any = None,
-                   arch: str | None = None) -> Module:
+def compile_module(s: Any, source: str | os.PathLike[str], options: Any = None,
+                   name_expressions: Any = None, arch: str | None = None) -> Module:
     """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it.
+
+    ``source`` is CUDA C text or a kernel file's `pathlib.Path` (see `compile_cuda`).
 
     ``arch`` may name the device's own architecture with its ``a`` suffix (``"sm_90a"``:
     architecture-specific instructions such as wgmma) or ``f`` suffix; any other

@@ -523,3 +523,46 @@ def test_a_source_without_include_folders_reads_no_files(monkeypatch):
     monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a))
     assert compiler._user_headers('#include "x.cuh"\n#include <cuda/std/cstdint>\n', []) == []
     assert opened == []
+
+
+def test_a_kernel_file_compiles_under_its_name_with_its_folder_searched(tmp_path, monkeypatch):
+    import pathlib
+
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "common.cuh").write_text("#define SCALE 3.5f\n")
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text('// café, in UTF-8: read as it is\n'
+                      '#include "common.cuh"\n#include <cstdint>\n'
+                      'extern "C" __global__ void scale(float* y, std::int64_t n) {\n'
+                      '    if (threadIdx.x < n) y[threadIdx.x] *= SCALE; }\n', encoding="utf-8")
+    got = tf.compile_cuda(pathlib.Path(kernel), target="ptx", arch="compute_90")
+    assert [p.c_type.spell() for p in got.signatures["scale"].params] == ["float*", "long long"]
+    assert "0f40600000" in got.ptx  # 3.5f, from the header beside the file
+    (tmp_path / "common.cuh").write_text("#define SCALE 4.5f\n")  # the header edited
+    again = tf.compile_cuda(kernel, target="ptx", arch="compute_90")
+    assert not again.from_cache and "0f40900000" in again.ptx
+    kernel.write_text('extern "C" __global__ void scale(float* y) {\n    y[0] = nope; }\n')
+    with pytest.raises(tf.CompileError, match=r"NVRTC failed to compile 'scale\.cu'") as info:
+        tf.compile_cuda(kernel)
+    assert 'scale.cu(2): error: identifier "nope" is undefined' in info.value.log
+
+
+@pytest.mark.parametrize(("make", "says"), [
+    (lambda d: d / "missing.cu", r"source='.*missing\.cu' does not exist"),
+    (lambda d: d, r"source='.*' cannot be read: Is a directory"),
+    (lambda d: (d / "latin1.cu").write_bytes(b"// caf\xe9\n") and d / "latin1.cu",
+     r"source='.*latin1\.cu' is not UTF-8 text \(byte 6: invalid continuation byte\)"),
+])
+def test_a_kernel_file_that_cannot_be_read_is_refused(tmp_path, monkeypatch, make, says):
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    path = make(tmp_path)
+    with pytest.raises(tf.ValidationError, match=rf"^compile_cuda: {says}$"):
+        tf.compile_cuda(path)
+    assert not (tmp_path / "cache").exists()  # nothing compiled, nothing cached
+
+
+def test_a_str_source_is_text_even_where_it_names_a_file(tmp_path):
+    kernel = tmp_path / "k.cu"
+    kernel.write_text('extern "C" __global__ void k(float* y) {}\n')
+    with pytest.raises(tf.CompileError):  # compiled as the text "/tmp/.../k.cu"
+        tf.compile_cuda(str(kernel), cache=False)
