@@ -493,7 +493,8 @@ def test_an_error_that_is_not_a_missing_header_gets_no_header_hint():
     assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
 
 
-@pytest.mark.parametrize("form", ["-I{}", "--include-path={}"])
+@pytest.mark.parametrize("form", [["-I{}"], ["--include-path={}"], ["-I", "{}"],
+                                  ["--include-path", "{}"]])
 def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monkeypatch, form):
     # The cache key holds each included file of the user's folders: an edit two includes deep
     # compiles again instead of giving back the kernel of the old header.
@@ -507,7 +508,8 @@ def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monke
            'extern "C" __global__ void k(int* y) { y[0] = V; }\n')
 
     def compiled():
-        return tf.compile_cuda(src, options=[form.format(inc)], target="ptx", arch="compute_90")
+        options = [o.format(inc) for o in form]
+        return tf.compile_cuda(src, options=options, target="ptx", arch="compute_90")
 
     first = compiled()
     assert not first.from_cache and "1111" in first.ptx
