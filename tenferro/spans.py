@@ -16,7 +16,8 @@ import numpy as np
 
 from .dtypes import ScalarType
 
-__all__ = ["ADDRESS_END", "DeviceBytes", "Shaped", "Span", "TensorMut", "TensorRef"]
+__all__ = ["ADDRESS_END", "DeviceBytes", "Layout", "Shaped", "Span", "TensorMut", "TensorRef",
+           "compact_layout", "layouts"]
 
 ADDRESS_END = 1 << 64  # one past the last byte a 64-bit pointer can name
 
@@ -173,6 +174,28 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
         out.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(out))
+
+
+Layout = tuple[tuple[int, ...], tuple[int, ...], int]
+# The compact layouts made so far, per (shape, itemsize): shapes repeat call to call. Read it
+# inline (``layouts.get(key) or compact_layout(...)``) where a call costs too much.
+layouts: dict[tuple, Layout] = {}
+LAYOUTS_MAX = 4096  # past it the table starts again
+
+
+def compact_layout(shape: tuple[int, ...], itemsize: int) -> Layout:
+    """(shape as a plain tuple, row-major byte strides, nbytes) of a compact array, kept."""
+    key = (shape, itemsize)
+    layout = layouts.get(key)
+    if layout is None:
+        if len(layouts) > LAYOUTS_MAX:
+            layouts.clear()
+        shape = tuple(shape)
+        n = 1
+        for d in shape:
+            n *= d
+        layout = layouts[key] = (shape, c_strides(shape, itemsize), n * itemsize)
+    return layout
 
 
 def overlaps(a: Span, b: Span) -> bool:

@@ -21,7 +21,16 @@ from .dtypes import ScalarType
 from .dtypes import is_int as _is_int
 from .errors import RuntimeStateError, ValidationError
 from .spans import ADDRESS_END as _ADDRESS_END
-from .spans import DeviceBytes, Shaped, Span, TensorMut, TensorRef, c_strides, overlaps
+from .spans import (
+    DeviceBytes,
+    Shaped,
+    Span,
+    TensorMut,
+    TensorRef,
+    compact_layout,
+    layouts,
+    overlaps,
+)
 
 __all__ = ["Tensor"]
 
@@ -56,17 +65,14 @@ class Tensor(Shaped):
         """A new Tensor from the session's memory pool, on its stream (the session checks first)."""
         self = object.__new__(cls)
         self._ref_span = self._mut_span = None  # weak references to the spans last made
-        n = 1
-        for d in shape:
-            n *= d
         self.ptr = 0
         self.session = session
         self.context = session.context
         self.device = session.device
-        self.shape = shape
         self.scalar_type = t
-        self.strides = c_strides(shape, t.itemsize)
-        nbytes = self.nbytes = n * t.itemsize
+        self.shape, self.strides, nbytes = layouts.get((shape, t.itemsize)) or \
+            compact_layout(shape, t.itemsize)
+        self.nbytes = nbytes
         if nbytes > SPARE_BLOCK_BYTES:
             self.ptr = session.context.alloc_async(nbytes, session.stream, op)
         else:  # a block a small Tensor left, or a new one of that size: it may be kept too

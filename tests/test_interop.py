@@ -500,25 +500,6 @@ def test_the_table_of_kept_spans_stays_bounded(direct_fields):
     assert [h.ptr for h in held[:2]] == [0x1000, 0x1010]
 
 
-def test_a_compact_layout_is_remembered_per_shape_and_comes_back_as_plain_tuples():
-    from tenferro.interop import producers
-
-    class Size(tuple):  # torch.Size: a tuple subclass, hashed and compared as the tuple
-        pass
-
-    shape, strides, nbytes = producers._c_layout(Size((4, 0, 3)), 8)
-    assert (shape, strides, nbytes) == ((4, 0, 3), (24, 24, 8), 0) and type(shape) is tuple
-    again = producers._c_layout((4, 0, 3), 8)
-    assert again[0] is shape and again[1] is strides  # the same entry for the plain tuple
-    assert producers._c_layout((5,), 2) == ((5,), (2,), 10)
-    producers._layouts.clear()
-    for d in range(4097):  # a bounded table: 4097 entries kept, the next one starts it again
-        producers._c_layout((d,), 4)
-    assert len(producers._layouts) == 4097
-    producers._c_layout((5000,), 4)
-    assert len(producers._layouts) == 1
-
-
 @pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
 def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the_kernel(
         direct_fields, op):
@@ -805,6 +786,7 @@ def fake_torch(monkeypatch):
     stream is ``fake_torch.stream``; the readers' decisions per class start empty."""
     import types
 
+    from tenferro import spans
     from tenferro.interop import imports, producers
 
     torch = types.SimpleNamespace(**{n: n for n in ("float32", "float64", "int32", "bool")})
@@ -816,7 +798,7 @@ def fake_torch(monkeypatch):
         _cuda_getCurrentRawStream=lambda device: torch.stream if device == 0 else 99)
     monkeypatch.setitem(sys.modules, "torch", torch)
     saved = [(table, dict(table)) for table in (producers.readers, producers.fast_spans,
-                                                 producers._layouts)]  # layouts made anew
+                                                 spans.layouts)]  # layouts made anew
     for table, _ in saved:
         table.clear()
     imports.forget_fast_paths()
@@ -997,7 +979,7 @@ def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkey
     span = imports.tensor(s, x)
     made = []
     monkeypatch.setattr(producers, "kept_compact", lambda *a: made.append(a))
-    monkeypatch.setattr(producers, "_c_layout", lambda *a: made.append(a))
+    monkeypatch.setattr(producers, "compact_layout", lambda *a: made.append(a))
     assert imports.tensor(s, x) is span and made == []  # the fields match: no layout, no span
 
 

@@ -218,7 +218,8 @@ def test_a_memory_operation_on_a_span_waits_for_its_producer(session, rng):
 
 def test_spans_made_before_a_capture_are_ordered_before_it(session, rng):
     # A tensor of torch's default stream needs no event on the session's blocking stream, so
-    # a span of it is not refused in a capture, and the replay reads what torch wrote late.
+    # a span of it is not refused in a capture, and each replay reads what torch wrote late;
+    # one of a torch side stream is refused. Float32 sums near zero: an absolute bound too.
     fn = session.compile(AXPY).function("axpy")
     n = 2048
     y = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
@@ -230,7 +231,23 @@ def test_spans_made_before_a_capture_are_ordered_before_it(session, rng):
     with session.capture() as cap:
         session.launch(fn, tf.LaunchConfig.flat(n, 256), args)
     cap.graph.launch()
-    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * 0.5,
+                               rtol=1e-6, atol=1e-6)
+    _fill_after_sleep(x, -0.75)  # torch writes x again, late: the next replay waits for it
+    cap.graph.launch()
+    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * (0.5 - 0.75),
+                               rtol=1e-6, atol=1e-6)
+    with session.capture() as cap:
+        session.launch(fn, tf.LaunchConfig.flat(n, 256),
+                       [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), tf.u32(n)])
+    assert cap.graph.node_count == 1
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        z = torch.ones(n, device="cuda")
+        with session.capture(), pytest.raises(tf.RuntimeStateError,
+                                              match=r"^session\.tensor: not allowed during "
+                                                    r"s\.capture\(\): ordering after"):
+            session.tensor(z)
 
 
 def test_an_overlap_of_torch_tensors_is_refused(session, no_dlpack):

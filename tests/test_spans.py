@@ -7,6 +7,7 @@ import pytest
 from _sources import AXPY
 
 import tenferro as tf
+from tenferro import spans
 
 
 @pytest.mark.gpu
@@ -300,3 +301,20 @@ def test_c_strides_count_an_empty_extent_as_one(shape, strides):
     from tenferro.spans import c_strides
 
     assert c_strides(shape, 4) == strides
+
+
+def test_a_compact_layout_is_remembered_per_shape_and_comes_back_as_plain_tuples():
+    class Size(tuple):  # torch.Size: a tuple subclass, hashed and compared as the tuple
+        pass
+
+    shape, strides, nbytes = spans.compact_layout(Size((4, 0, 3)), 8)
+    assert (shape, strides, nbytes) == ((4, 0, 3), (24, 24, 8), 0) and type(shape) is tuple
+    again = spans.compact_layout((4, 0, 3), 8)
+    assert again[0] is shape and again[1] is strides  # the same entry for the plain tuple
+    assert spans.compact_layout((5,), 2) == ((5,), (2,), 10)
+    spans.layouts.clear()
+    for d in range(4097):  # a bounded table: 4097 entries kept, the next one starts it again
+        spans.compact_layout((d,), 4)
+    assert len(spans.layouts) == 4097
+    spans.compact_layout((5000,), 4)
+    assert len(spans.layouts) == 1

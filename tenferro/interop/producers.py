@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import ValidationError, negated_view, wrong_device
-from ..spans import ADDRESS_END, TensorMut, TensorRef
+from ..spans import ADDRESS_END, TensorMut, TensorRef, compact_layout, layouts
 from .streams import LEGACY
 
 __all__ = ["compact_span", "direct_reader", "fast_span", "fast_spans", "kept", "kept_compact",
@@ -109,7 +109,7 @@ def _torch_reader(torch: Any) -> Reader:
             dev = x.get_device()
             size = t.itemsize
             if x.is_contiguous():  # torch.Size hashes and compares as the tuple it is
-                layout = _layouts.get((x.shape, size)) or _c_layout(x.shape, size)
+                layout = layouts.get((x.shape, size)) or compact_layout(x.shape, size)
                 shape, strides, nbytes = layout
             else:
                 shape = tuple(x.shape)
@@ -149,30 +149,6 @@ def _cupy_reader(cupy: Any) -> Reader:
     return read_cupy
 
 
-Layout = tuple[tuple[int, ...], tuple[int, ...], int]
-_layouts: dict[tuple, Layout] = {}
-
-
-def _c_layout(shape: tuple[int, ...], itemsize: int) -> Layout:
-    """(shape as a plain tuple, row-major byte strides, nbytes) of a compact array.
-
-    Remembered per (shape, itemsize): shapes repeat call to call.
-    """
-    key = (shape, itemsize)
-    layout = _layouts.get(key)
-    if layout is None:
-        from ..spans import c_strides
-
-        if len(_layouts) > 4096:
-            _layouts.clear()
-        shape = tuple(shape)
-        n = 1
-        for d in shape:
-            n *= d
-        layout = _layouts[key] = (shape, c_strides(shape, itemsize), n * itemsize)
-    return layout
-
-
 # The compact span last made of a directly read array, per span class and array id, kept
 # weakly: the same torch tensor given again with the same fields gets the same span object,
 # so a launch given the very objects of its previous call packs nothing again. Each table is
@@ -203,7 +179,7 @@ def compact_span(s: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
 
     None where it is misaligned or reaches outside the address space: `import_span` says which.
     """
-    layout = _layouts.get((shape, t.itemsize)) or _c_layout(shape, t.itemsize)
+    layout = layouts.get((shape, t.itemsize)) or compact_layout(shape, t.itemsize)
     if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
         return None
     return keep(kept[cls], id(x), cls.compact(ptr, layout[0], layout[1], t, layout[2],
