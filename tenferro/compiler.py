@@ -171,7 +171,7 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
     nvrtc_ver = _driver.nvrtc_version()
     key = hashlib.sha256(json.dumps(
         [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version,
-         _user_headers(source, _include_dirs(opts))],
+         _user_headers(source, _include_dirs(opts)) if cache else None],
     ).encode()).hexdigest()
     path = cache_dir() / f"{key}.tfmod"
     if cache:

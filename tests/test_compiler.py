@@ -520,6 +520,21 @@ def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monke
     assert compiled().from_cache
 
 
+def test_a_compile_that_stores_nothing_reads_no_headers(tmp_path, monkeypatch):
+    # cache=False keeps no entry, so the headers that would key it are not read
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "v.cuh").write_text("#define V 7\n")
+    src = '#include "v.cuh"\nextern "C" __global__ void k(int* y) { y[0] = V; }\n'
+    scanned = []
+    real = compiler._user_headers
+    monkeypatch.setattr(compiler, "_user_headers", lambda *a: scanned.append(a) or real(*a))
+    got = tf.compile_cuda(src, options=[f"-I{tmp_path}"], target="ptx", arch="compute_90",
+                          cache=False)
+    assert "7" in got.ptx and scanned == [] and not (tmp_path / "cache").exists()
+    tf.compile_cuda(src, options=[f"-I{tmp_path}"], target="ptx", arch="compute_90")
+    assert len(scanned) == 1  # the cached compile keys on them
+
+
 def test_a_source_without_include_folders_reads_no_files(monkeypatch):
     opened = []
     monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a))

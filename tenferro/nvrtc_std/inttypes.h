@@ -1,2 +1,3 @@
+// tenferro: <inttypes.h> for NVRTC, the C name of <cinttypes>.
 #pragma once
-#include <cstdint>
+#include <cinttypes>

@@ -1,2 +1,3 @@
+// tenferro: <math.h> for NVRTC, the C name of <cmath>.
 #pragma once
 #include <cmath>

@@ -1,2 +1,3 @@
+// tenferro: <stddef.h> for NVRTC, the C name of <cstddef>.
 #pragma once
 #include <cstddef>
