@@ -126,12 +126,18 @@ def main() -> int:
             from tenferro.interop.streams import order_after
 
             ev = _driver.event_create()
+            held = [None]
             methods += [
                 Method("part: torch fields (data_ptr dtype shape stride device grad)",
                        lambda: (y.data_ptr(), y.dtype, y.shape, y.stride(), y.get_device(),
                                 y.requires_grad)),
-                Method("part: s.tensor(x), torch tensor", lambda: s.tensor(x)),
-                Method("part: s.tensor_mut(y), torch tensor", lambda: s.tensor_mut(y)),
+                # the README loop's case: the span of the last call is held, and given again
+                Method("part: s.tensor(x), torch tensor, the kept span",
+                       lambda: held.__setitem__(0, s.tensor(x))),
+                # nothing holds the span these rows make, so each call makes a new one
+                Method("part: s.tensor(x), torch tensor, a new span", lambda: s.tensor(x)),
+                Method("part: s.tensor_mut(y), torch tensor, a new span",
+                       lambda: s.tensor_mut(y)),
                 Method("part: two torch views y.view(n), x.view(n)",
                        lambda: (y.view(N), x.view(N))),
                 Method("part: tf.f32(2.0) and tf.u32(n)", lambda: (tf.f32(2.0), tf.u32(N))),

@@ -520,6 +520,45 @@ def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monke
     assert compiled().from_cache
 
 
+def test_the_header_key_follows_each_include_as_nvrtc_finds_it(tmp_path, monkeypatch):
+    # What NVRTC reads keys the cache, and only that: a header found in the second -I folder,
+    # one under a folder whose name holds '=', one with a byte that is not UTF-8; an angle
+    # include searches the -I folders, never its includer's folder.
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    first, second, odd = tmp_path / "first", tmp_path / "second", tmp_path / "x=y"
+    for d in (first, second, odd / "sub"):
+        d.mkdir(parents=True)
+    (second / "two.cuh").write_text("#define TWO 1111\n")
+    (odd / "three.cuh").write_bytes(b"// caf\xe9, not UTF-8\n#define THREE 3333\n")
+    (odd / "sub" / "four.cuh").write_text("#include <v.cuh>\n")
+    (odd / "v.cuh").write_text("#define V 5555\n")  # what <v.cuh> in sub/four.cuh opens
+    (odd / "sub" / "v.cuh").write_text("#define V 6666\n")  # beside it, not searched
+    src = ('#include <two.cuh>\n#include "three.cuh"\n#include "sub/four.cuh"\n'
+           'extern "C" __global__ void k(int* y) { y[0] = TWO; y[1] = THREE; y[2] = V; }\n')
+    options = [f"-I{first}", "-I", str(second), f"--include-path={odd}"]
+
+    def compiled():
+        return tf.compile_cuda(src, options=options, target="ptx", arch="compute_90")
+
+    got = compiled()
+    assert not got.from_cache and all(v in got.ptx for v in ("1111", "3333", "5555"))
+    (odd / "sub" / "v.cuh").write_text("#define V 7777\n")  # NVRTC does not read it
+    assert compiled().from_cache
+    for path, old, new in ((second / "two.cuh", b"1111", b"2222"),
+                           (odd / "three.cuh", b"3333", b"4444"),
+                           (odd / "v.cuh", b"5555", b"8888")):
+        path.write_bytes(path.read_bytes().replace(old, new))
+        again = compiled()
+        assert not again.from_cache and new.decode() in again.ptx, path.name
+
+
+def test_a_last_include_option_with_no_folder_is_left_to_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    src = 'extern "C" __global__ void k(int* y) { y[0] = 1; }\n'
+    for options in (["-I"], ["--include-path"]):  # NVRTC takes these as they are
+        assert tf.compile_cuda(src, options=options, target="ptx", arch="compute_90").ptx
+
+
 def test_a_compile_that_stores_nothing_reads_no_headers(tmp_path, monkeypatch):
     # cache=False keeps no entry, so the headers that would key it are not read
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
@@ -566,7 +605,8 @@ def test_a_kernel_file_compiles_under_its_name_with_its_folder_searched(tmp_path
 
 @pytest.mark.parametrize(("make", "says"), [
     (lambda d: d / "missing.cu", r"source='.*missing\.cu' does not exist"),
-    (lambda d: d, r"source='.*' cannot be read: Is a directory"),
+    (lambda d: (d / "folder.cu").mkdir() or d / "folder.cu",
+     r"source='.*folder\.cu' cannot be read: Is a directory"),
     (lambda d: (d / "latin1.cu").write_bytes(b"// caf\xe9\n") and d / "latin1.cu",
      r"source='.*latin1\.cu' is not UTF-8 text \(byte 6: invalid continuation byte\)"),
 ])
