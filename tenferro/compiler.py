@@ -189,7 +189,7 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}"
-                           f"{_missing_header_hint(log)}", log)
+                           f"{_missing_header_hint(log, name)}", log)
     ptx_text = ptx.decode()
     entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
@@ -271,23 +271,32 @@ _HOST_ONLY = frozenset((
     "cstdlib", "stdlib.h", "cstring", "string.h", "ctime", "time.h", "iostream", "memory",
     "string", "vector", "map", "unordered_map", "set", "sstream", "fstream", "stdexcept",
     "exception", "chrono", "thread", "mutex"))
-_MISSING_HEADER = re.compile(r'cannot open source file "([^"]+)"')
+# NVRTC's line for it: "<includer>(<line>): catastrophic error: cannot open source file "<h>""
+_MISSING_HEADER = re.compile(r'^(?:(.*)\((\d+)\): )?.*cannot open source file "([^"]+)"',
+                             re.MULTILINE)
 
 
-def _missing_header_hint(log: str) -> str:
-    """What to do about the first header NVRTC could not open, or '' if none was missing."""
+def _missing_header_hint(log: str, name: str) -> str:
+    """What to do about the first header NVRTC could not open, or '' if none was missing.
+
+    Where a header (not the source ``name``) included it, that header and line are named:
+    the user's file never mentions it.
+    """
     m = _MISSING_HEADER.search(log)
     if m is None:
         return ""
-    header = m.group(1)
+    includer, line, header = m.groups()
+    by = ""
+    if includer and os.path.basename(includer) != os.path.basename(name):
+        by = f", included by {os.path.basename(includer)}({line}),"
     if header in _IN_LIBCUXX:
-        return (f": <{header}> is a host C++ library header; include <cuda/std/{header}> "
-                "and write cuda::std:: where the source writes std::")
+        return (f": <{header}>{by} is a host C++ library header; include "
+                f"<cuda/std/{header}> and write cuda::std:: where the source writes std::")
     if header in _HOST_ONLY:
-        return (f": <{header}> is a host C/C++ library header, which device code cannot use "
-                "(libcu++ has device versions of many as <cuda/std/...>)")
-    return (f": it could not open {header!r}; give the folder that holds it with "
-            "options=['-I/path/to/folder']")
+        return (f": <{header}>{by} is a host C/C++ library header, which device code cannot "
+                "use (libcu++ has device versions of many as <cuda/std/...>)")
+    return (f": it could not open {header!r}{by.rstrip(',')}; give the folder that holds it "
+            "with options=['-I/path/to/folder']")
 
 
 # Instantiated on ``decltype(&kernel)`` for each extern "C" kernel, in a second compile, so that

@@ -488,6 +488,29 @@ def test_other_missing_headers_are_named_with_what_to_do(header, says):
     with pytest.raises(tf.CompileError) as info:
         tf.compile_cuda(f'#include "{header}"\n', cache=False)
     assert says in _first_line(info) and header in info.value.log
+    assert "included by" not in _first_line(info)  # the source itself includes it
+
+
+def test_a_header_missing_from_a_header_names_the_header_that_wants_it(tmp_path):
+    # cuda.h (the driver API, a host header) wants <stdlib.h>; the user's file never says so.
+    with pytest.raises(tf.CompileError, match=r"^compile_cuda: NVRTC failed to compile "
+                                              r"'tenferro\.cu' for sm_90: <stdlib\.h>, included "
+                                              r"by cuda\.h\(\d+\), is a host C/C\+\+ library "
+                                              r"header, which device code cannot use"):
+        tf.compile_cuda('#include <cuda.h>\n', cache=False)
+    (tmp_path / "mine.cuh").write_text('// two lines down\n#include "gone.cuh"\n')
+    kernel = tmp_path / "k.cu"
+    kernel.write_text('#include "mine.cuh"\n')
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda(kernel, cache=False)
+    assert _first_line(info).endswith(": it could not open 'gone.cuh', included by mine.cuh(2); "
+                                      "give the folder that holds it with "
+                                      "options=['-I/path/to/folder']")
+    (tmp_path / "mine.cuh").write_text("#include <utility>\n")
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda(kernel, cache=False)
+    assert "<utility>, included by mine.cuh(1), is a host C++ library header; include " \
+           "<cuda/std/utility>" in _first_line(info)
 
 
 def test_an_error_that_is_not_a_missing_header_gets_no_header_hint():
