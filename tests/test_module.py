@@ -155,6 +155,35 @@ def test_a_cpp_kernel_file_launches_by_its_kernels_own_names(session, rng):
 
 
 @pytest.mark.gpu
+def test_a_kernel_file_on_disk_with_library_headers_runs(session, rng, tmp_path, monkeypatch):
+    # As written for nvcc: <cstdint>, <cmath>, <algorithm>, std:: names, and a header of its
+    # own beside it; s.compile takes the file's Path.
+    import pathlib
+
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "common.cuh").write_text("#pragma once\nconstexpr float kCap = 2.5f;\n")
+    kernel = tmp_path / "root_clamp.cu"
+    kernel.write_text(
+        '#include <cstdint>\n#include <cmath>\n#include <algorithm>\n#include "common.cuh"\n'
+        'extern "C" __global__ void root_clamp(float* y, const float* x, std::size_t n,\n'
+        '                                      std::int64_t offset) {\n'
+        '    const std::size_t i = blockIdx.x * (std::size_t)blockDim.x + threadIdx.x;\n'
+        '    if (i < n) y[i] = std::min(std::sqrt(std::abs(x[i])), kCap) + (float)offset;\n'
+        '}\n')
+    fn = session.compile(pathlib.Path(kernel)).function("root_clamp")
+    assert repr(fn) == ("Function(root_clamp(float* y, const float* x, unsigned long n, "
+                        "long long offset))")
+    n = 1000
+    x0 = rng.standard_normal(n).astype(np.float32) * 4
+    y = session.upload(np.full(n, np.nan, np.float32))
+    session.launch(fn, tf.LaunchConfig.flat(n, 128),
+                   [session.tensor_mut(y), session.tensor(session.upload(x0)), tf.u64(n),
+                    tf.i64(-3)])
+    want = np.minimum(np.sqrt(np.abs(x0.astype(np.float64))), 2.5) - 3
+    np.testing.assert_allclose(session.download(y), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
 def test_module_and_bound_launch_read_as_their_kernels(session):
     mod = session.compile(SRC)
     assert repr(mod) == "Module(cubin; 1 kernel(s): scale(float* y, float a, unsigned int n))"
