@@ -292,6 +292,10 @@ def _missing_header_hint(log: str, name: str) -> str:
     if header in _IN_LIBCUXX:
         return (f": <{header}>{by} is a host C++ library header; include "
                 f"<cuda/std/{header}> and write cuda::std:: where the source writes std::")
+    if header.startswith("crt/"):  # the toolkit's, wanted by mma.h and others
+        return (f": <{header}>{by} is one of the CUDA toolkit's crt/ headers, not installed "
+                'here: pip install "cuda-toolkit[crt]==13.*" (CUDA 13) or '
+                '"cuda-toolkit[nvcc]==12.*" (CUDA 12)')
     if header in _HOST_ONLY:
         return (f": <{header}>{by} is a host C/C++ library header, which device code cannot "
                 "use (libcu++ has device versions of many as <cuda/std/...>)")
