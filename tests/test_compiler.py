@@ -515,6 +515,28 @@ static_assert(FLT_DECIMAL_DIG == F::max_digits10 && DBL_DECIMAL_DIG == D::max_di
     tf.compile_cuda(src, target="ptx", arch="compute_90", cache=False)
 
 
+def test_cmath_gives_what_glibcs_gives_a_kernel_file_for_nvcc():
+    # The functions in std, and the macros: INFINITY, NAN, HUGE_VAL(F) and M_PI and the rest.
+    src = r"""#include <cmath>
+#include <cfloat>
+static_assert(M_PI == 3.14159265358979323846 && M_PI_2 == M_PI / 2 && M_PI_4 == M_PI / 4, "");
+static_assert(M_E > 2.718281828 && M_E < 2.718281829 && M_SQRT2 * M_SQRT2 > 1.9999999, "");
+static_assert(M_LN2 > 0.6931471805 && M_LN2 < 0.6931471806 && M_1_PI * M_PI > 0.9999999, "");
+constexpr float kInf = INFINITY;
+static_assert(kInf > FLT_MAX && HUGE_VALF == kInf && HUGE_VAL > DBL_MAX, "");
+constexpr float kNan = NAN;
+static_assert(!(kNan == kNan), "");
+extern "C" __global__ void k(float* y, double d) {
+    const float x = y[0];
+    y[1] = std::nextafter(x, 1.f) + std::fdim(x, 1.f) + std::scalbn(x, 2) + std::logb(x) +
+           (float)std::ilogb(x) + std::fma(x, x, x) + std::hypot(x, x) + std::erf(x) +
+           std::copysign(x, -1.f) + (float)(std::isnan(d) || std::isinf(x));
+    int q;
+    y[2] = std::remquo(x, 2.f, &q) + (float)std::nan("") + (float)M_PI;
+}"""
+    assert tf.compile_cuda(src, cache=False).image
+
+
 def test_using_namespace_std_keeps_the_built_in_math_unambiguous():
     # std::sqrt is the built-in ::sqrt, not a second function an unqualified call could pick.
     src = ('#include <cmath>\n#include <algorithm>\n#include <cstdint>\nusing namespace std;\n'
