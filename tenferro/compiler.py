@@ -189,7 +189,7 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
         [e.encode() for e in exprs], target == "cubin")
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}"
-                           f"{_missing_header_hint(log, name)}", log)
+                           f"{_compile_hint(log, name)}", log)
     ptx_text = ptx.decode()
     entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
@@ -268,7 +268,7 @@ _IN_LIBCUXX = frozenset((
     "type_traits", "utility", "variant"))
 # Host library headers with no device counterpart.
 _HOST_ONLY = frozenset((
-    "cstdlib", "stdlib.h", "cstring", "string.h", "ctime", "time.h", "iostream", "memory",
+    "ctime", "time.h", "iostream", "memory",
     "string", "vector", "map", "unordered_map", "set", "sstream", "fstream", "stdexcept",
     "exception", "chrono", "thread", "mutex"))
 # NVRTC's line for it: "<includer>(<line>): catastrophic error: cannot open source file "<h>""
@@ -276,15 +276,25 @@ _MISSING_HEADER = re.compile(r'^(?:(.*)\((\d+)\): )?.*cannot open source file "(
                              re.MULTILINE)
 
 
-def _missing_header_hint(log: str, name: str) -> str:
-    """What to do about the first header NVRTC could not open, or '' if none was missing.
+# NVRTC's line for a host function it met: in a header, the header is not for device code
+_HOST_FUNCTION = re.compile(r"^(.*)\((\d+)\): error: A function without execution space "
+                            r"annotations", re.MULTILINE)
 
-    Where a header (not the source ``name``) included it, that header and line are named:
-    the user's file never mentions it.
+
+def _compile_hint(log: str, name: str) -> str:
+    """What to do about a header in NVRTC's failure, or '' where no header is to blame.
+
+    The first header NVRTC could not open; where a header (not the source ``name``) included
+    it, that header and line are named: the user's file never mentions it. Else a header that
+    declares host functions (cuda.h, the driver API's), which NVRTC does not compile.
     """
     m = _MISSING_HEADER.search(log)
     if m is None:
-        return ""
+        h = _HOST_FUNCTION.search(log)
+        if h is None or os.path.basename(h.group(1)) == os.path.basename(name):
+            return ""  # the source's own host function: NVRTC's log says what to do
+        return (f": {os.path.basename(h.group(1))} declares host functions (line {h.group(2)}), "
+                "which NVRTC does not compile; a kernel file cannot include it")
     includer, line, header = m.groups()
     by = ""
     if includer and os.path.basename(includer) != os.path.basename(name):

@@ -435,7 +435,7 @@ _STD_HEADERS = sorted(h for h in os.listdir(compiler.STD_HEADERS_DIR) if not h.s
 
 @pytest.mark.parametrize("header", _STD_HEADERS)
 def test_each_c_and_cpp_library_header_nvrtc_lacks_compiles(header):
-    assert len(_STD_HEADERS) == 18  # every file of the folder is a header given here
+    assert len(_STD_HEADERS) == 22  # every file of the folder is a header given here
     tf.compile_cuda(f'#include <{header}>\nextern "C" __global__ void k(float* y) {{}}\n',
                     cache=False)
     if not header.endswith(".h"):  # as with nvcc's library: std::size_t from any of them
@@ -537,6 +537,23 @@ extern "C" __global__ void k(float* y, double d) {
     assert tf.compile_cuda(src, cache=False).image
 
 
+def test_cstdlib_and_cstring_give_what_device_code_has_of_them():
+    src = r"""#include <cstdlib>
+#include <cstring>
+#include <stdlib.h>
+#include <string.h>
+static_assert(EXIT_SUCCESS == 0 && EXIT_FAILURE == 1, "");
+extern "C" __global__ void k(float* y, int n) {
+    float* p = static_cast<float*>(std::malloc(4 * sizeof(float)));  // the device heap
+    std::memcpy(p, y, 4 * sizeof(float));
+    std::memset(p, 0, sizeof(float));
+    y[0] = p[1] + std::abs(n) + std::labs(n) + std::llabs(n) + abs(-2);
+    std::free(p);
+}"""
+    sig = tf.compile_cuda(src, cache=False).signatures["k"]
+    assert [p.c_type.spell() for p in sig.params] == ["float*", "int"]
+
+
 def test_using_namespace_std_keeps_the_built_in_math_unambiguous():
     # std::sqrt is the built-in ::sqrt, not a second function an unqualified call could pick.
     src = ('#include <cmath>\n#include <algorithm>\n#include <cstdint>\nusing namespace std;\n'
@@ -567,13 +584,21 @@ def test_other_missing_headers_are_named_with_what_to_do(header, says):
     assert "included by" not in _first_line(info)  # the source itself includes it
 
 
-def test_a_header_missing_from_a_header_names_the_header_that_wants_it(tmp_path):
-    # cuda.h (the driver API, a host header) wants <stdlib.h>; the user's file never says so.
+def test_a_host_header_is_named_as_one(tmp_path):
+    # cuda.h is the driver API's, for the host; the source's own host function is NVRTC's to
+    # explain (its log says -default-device), so no hint is added.
     with pytest.raises(tf.CompileError, match=r"^compile_cuda: NVRTC failed to compile "
-                                              r"'tenferro\.cu' for sm_90: <stdlib\.h>, included "
-                                              r"by cuda\.h\(\d+\), is a host C/C\+\+ library "
-                                              r"header, which device code cannot use"):
+                                              r"'tenferro\.cu' for sm_90: cuda\.h declares host "
+                                              r"functions \(line \d+\), which NVRTC does not "
+                                              r"compile; a kernel file cannot include it"):
         tf.compile_cuda('#include <cuda.h>\n', cache=False)
+    with pytest.raises(tf.CompileError) as info:
+        tf.compile_cuda('float sq(float x) { return x * x; }\n', cache=False)
+    assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
+    assert "-default-device" in info.value.log
+
+
+def test_a_header_missing_from_a_header_names_the_header_that_wants_it(tmp_path):
     (tmp_path / "mine.cuh").write_text('// two lines down\n#include "gone.cuh"\n')
     kernel = tmp_path / "k.cu"
     kernel.write_text('#include "mine.cuh"\n')

@@ -1,0 +1,3 @@
+// tenferro: <stdlib.h> for NVRTC, the C name of <cstdlib>.
+#pragma once
+#include <cstdlib>

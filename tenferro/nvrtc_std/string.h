@@ -1,0 +1,3 @@
+// tenferro: <string.h> for NVRTC, the C name of <cstring>.
+#pragma once
+#include <cstring>
