@@ -286,13 +286,18 @@ def _compile_hint(log: str, name: str) -> str:
 
     The first header NVRTC could not open; where a header (not the source ``name``) included
     it, that header and line are named: the user's file never mentions it. Else a header that
-    declares host functions (cuda.h, the driver API's), which NVRTC does not compile.
+    declares host functions (cuda.h, the driver API's), which NVRTC does not compile, or
+    the source's own host code (a file written for nvcc, with main).
     """
     m = _MISSING_HEADER.search(log)
     if m is None:
         h = _HOST_FUNCTION.search(log)
-        if h is None or os.path.basename(h.group(1)) == os.path.basename(name):
-            return ""  # the source's own host function: NVRTC's log says what to do
+        if h is None:
+            return ""
+        if os.path.basename(h.group(1)) == os.path.basename(name):  # a file written for nvcc
+            return (f": line {h.group(2)} is a host function, and NVRTC compiles device code "
+                    "only: mark a helper the kernels call __device__, and keep host code "
+                    "(main, cudaMalloc, <<<...>>>) inside #ifndef __CUDACC_RTC__ ... #endif")
         return (f": {os.path.basename(h.group(1))} declares host functions (line {h.group(2)}), "
                 "which NVRTC does not compile; a kernel file cannot include it")
     includer, line, header = m.groups()
