@@ -6,7 +6,9 @@ Memory-bound kernels run on 256 MiB of float32 input; each figure is the median 
 batches of BATCH back-to-back calls, each batch enqueued behind a ~5 ms spin kernel on the
 library's own stream, with CUDA events around the batch: the device's time is measured, not the
 host's gaps between launches (the host's enqueue time a call is printed beside it, and that of
-the same call given torch tensors over the same memory); reported as
+the same call given torch tensors over the same memory; each batch follows a synchronize, so
+its first call is one after the host waited, which costs several times a back-to-back call
+for every library: `kernels_host.py` times the host alone); reported as
 bandwidth (bytes read + written by the operation, counted once) and as a fraction of the
 device-to-device copy bandwidth measured first in the same run (`s.copy` of 256 MiB, timed
 the same way). The matrix multiply is reported in TFLOP/s and as a
