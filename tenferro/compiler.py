@@ -27,6 +27,7 @@ from .signature import (
     Signature,
     kernels_html,
     parse_ptx,
+    qualified_kernel_names,
     refine_with_source,
     with_c_types,
 )
@@ -34,7 +35,7 @@ from .variables import Variable
 
 __all__ = ["STD_HEADERS_DIR", "CompiledCuda", "cache_dir", "cache_stats", "compile_cuda"]
 
-_CACHE_FORMAT = 4  # 2: C-type probes' names; 3: the variables' too; 4: the nvrtc_std headers
+_CACHE_FORMAT = 5  # 2: C-type probes; 3: the variables' too; 4: nvrtc_std; 5: namespaced kernels
 # What NVRTC lacks of the C and C++ library headers (<cstdint>, <cmath>, ...), from libcu++;
 # searched after the user's own -I folders.
 STD_HEADERS_DIR = str(Path(__file__).with_name("nvrtc_std"))
@@ -329,8 +330,9 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
                    early: _Early | None = None) -> dict[str, str]:
     """For each extern "C" entry, the lowered name of the probe instantiated on its type.
 
-    Only what compiles: an entry whose name does not resolve at the end of the source (one
-    declared inside a namespace) leaves every probe out, and the signatures keep PTX's view.
+    A kernel declared inside a namespace is named with it (`qualified_kernel_names`). Only
+    what compiles: where the probe of them all fails, each is probed alone, so an entry whose
+    name still does not resolve (one a macro declares in a namespace) keeps PTX's view alone.
     ``early`` is the probe started from the source's text (`_early_c_type_probes`); its
     answer serves where it has every entry, else the probe runs now on PTX's entries.
     """
@@ -340,12 +342,18 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
     got = early.result() if early is not None else None
     if got and all(e in got for e in entries):
         return {e: got[e] for e in entries}
-    return _lowered_probes(source + _PROBE_SOURCE, name, options, _probe_exprs(entries))
+    probe_source = source + _PROBE_SOURCE
+    exprs = _probe_exprs(entries, qualified_kernel_names(source))
+    lowered = _lowered_probes(probe_source, name, options, exprs)
+    if len(exprs) > 1 and not lowered:
+        lowered = {k: one for k, x in exprs.items()
+                   for one in _lowered_probes(probe_source, name, options, {k: x}).values()}
+    return lowered
 
 
-def _probe_exprs(kernels: list[str]) -> dict[str, str]:
+def _probe_exprs(kernels: list[str], qualified: dict[str, str]) -> dict[str, str]:
     """Each extern "C" kernel's probe: the template instantiated on the kernel's type."""
-    return {k: f"{_PROBE}<decltype(&{k})>" for k in kernels}
+    return {k: f"{_PROBE}<decltype(&{qualified.get(k, k)})>" for k in kernels}
 
 
 # An extern "C" kernel as people write it; a guess from the text, which PTX's entries confirm.
@@ -387,7 +395,8 @@ def _early_c_type_probes(source: str, name: str, options: list[str]) -> _Early |
     guessed = list(dict.fromkeys(_EXTERN_C_KERNEL.findall(source)))
     if not guessed:
         return None
-    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options, _probe_exprs(guessed))
+    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options,
+                  _probe_exprs(guessed, qualified_kernel_names(source)))
 
 
 def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:

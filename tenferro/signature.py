@@ -18,7 +18,8 @@ from .errors import ValidationError
 from .mangling import CType, demangle
 
 __all__ = ["Param", "Signature", "display_name", "element_types", "from_driver_layout",
-           "kernels_html", "parse_ptx", "refine_with_source", "value_types", "with_c_types"]
+           "kernels_html", "parse_ptx", "qualified_kernel_names", "refine_with_source",
+           "value_types", "with_c_types"]
 
 # Parameter kinds.
 PTR = "ptr"  # a device pointer
@@ -186,6 +187,41 @@ def _without_comments(source: str) -> str:
     return _COMMENTS.sub(lambda m: " " if m.group(0)[0] == "/" else m.group(0), source)
 
 
+# What opens or closes a scope, and a __global__ declaration, in the order the text has them.
+_SCOPES = re.compile(r"\bnamespace\s+((?:inline\s+)?[A-Za-z_]\w*(?:\s*::\s*(?:inline\s+)?"
+                     r"[A-Za-z_]\w*)*)\s*\{|\bnamespace\s*\{|[{}]|"
+                     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+def qualified_kernel_names(source: str) -> dict[str, str]:
+    """The names, with their namespaces, of the kernels the text declares in named ones.
+
+    ``{"k": "ops::k"}``: how an ``extern "C"`` kernel is named after the source's end.
+    Braces of preprocessor lines (continued ones too) and of literals are not counted; an
+    unnamed namespace adds nothing (its names are visible outside it). Where a name is
+    declared in two scopes, the first counts.
+    """
+    text = "\n".join("" if line.lstrip().startswith("#") else line
+                     for line in _COMMENTS.sub(" ", source).replace("\\\n", " ").splitlines())
+    scopes: list[str] = []  # one entry a brace open: a namespace's name, or ""
+    out: dict[str, str] = {}
+    for m in _SCOPES.finditer(text):
+        token = m.group(0)
+        if m.group(2) is not None:  # a kernel
+            path = "::".join(p for p in scopes if p)
+            if path:
+                out.setdefault(m.group(2), f"{path}::{m.group(2)}")
+        elif token == "}":
+            if scopes:
+                scopes.pop()
+        elif m.group(1) is not None:
+            scopes.append("::".join(part.split()[-1] for part in m.group(1).split("::")))
+        else:  # "{" or an unnamed namespace
+            scopes.append("")
+    return out
+
+
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__)\b")
 
 
@@ -242,7 +278,7 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
     Every entry takes its parameters' names from its declaration (an unnamed one has none,
     not PTX's ``k_param_1``); a C++ entry from the declarations of its unqualified name with
     as many parameters, where they agree on the names. Where the compiler gave no C type
-    (`with_c_types` runs first; an ``extern "C"`` kernel inside a namespace has none), an
+    (`with_c_types` runs first; one a macro declares in a namespace has none), an
     unmangled entry's parameter is refined from the text where the C type is a plain type or
     a pointer whose size agrees with the PTX: a 64-bit PTX parameter becomes a pointer or an
     exact integer type, a 32-bit one gets its signedness.

@@ -1,8 +1,11 @@
+import unittest.mock
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenferro as tf
+from tenferro import compiler
 from tenferro.signature import BYTES, FLOAT, INT, PTR, PTR_OR_INT, parse_ptx
 
 SRC = r'''
@@ -138,12 +141,14 @@ def kernel_params(draw):
 @settings(max_examples=25, deadline=None)
 @given(kernel_params())
 def test_c_declarations_refine_the_ptx_even_with_comments_in_the_list(params):
-    # Inside a namespace the C-type probe cannot name the kernel: the declaration reader is
-    # what refines the PTX there.
+    # Where the C-type probe cannot name the kernel (inside a namespace it is not told of),
+    # the declaration reader is what refines the PTX.
     decl = ",".join(f"{c} {name}{comment}" for c, name, comment, _ in params)
     src = ("typedef long long int64_t;\ntypedef unsigned int uint32_t;\n"
            f'namespace inner {{ extern "C" __global__ void k({decl}) {{}} }}\n')
-    sig = tf.compile_cuda(src, arch="compute_90", target="ptx").signatures["k"]
+    with unittest.mock.patch.object(compiler, "qualified_kernel_names", lambda source: {}):
+        sig = tf.compile_cuda(src, arch="compute_90", target="ptx",
+                              cache=False).signatures["k"]
     assert sig.origin == "cuda" or not params
     assert all(p.c_type is None for p in sig.params)
     got = [(p.kind, p.scalar.name if p.scalar is not None else None) for p in sig.params]
@@ -190,13 +195,57 @@ namespace ns { template<typename T> __global__ void cpp(T* o, const T* i, int n)
     assert [p.kind for p in c.params] == ["ptr", "ptr", "float", "ptr", "int"]
 
 
-def test_a_kernel_the_probe_cannot_name_keeps_what_ptx_says():
-    # An extern "C" kernel inside a namespace: &k does not resolve at the end of the source,
-    # so no C types are known, and the compile itself is not affected.
-    src = 'namespace hidden { extern "C" __global__ void k(float* y, int n) {} }'
+def test_extern_c_kernels_in_namespaces_know_their_c_types():
+    # The probe names each with its namespaces, so its pointers are checked by dtype.
+    src = ('extern "C" __global__ void top(float* y, int n) {}\n'
+           'namespace ops { extern "C" __global__ void inner(double* y, const float* x) {} }\n'
+           'namespace a { namespace b { struct S { int v; };\n'
+           '  extern "C" __global__ void deep(short* y, const S* s) {} } }\n'
+           'namespace c::d { extern "C" __global__ void cpp17(unsigned char* y) {} }\n'
+           'namespace e { inline namespace v1 { extern "C" __global__ void inl(long long* y) {} '
+           '} }\n')
+    sigs = tf.compile_cuda(src, cache=False).signatures
+    assert {k: [p.c_type.spell() for p in sig.params] for k, sig in sigs.items()} == {
+        "top": ["float*", "int"], "inner": ["double*", "const float*"],
+        "deep": ["short*", "const a::b::S*"], "cpp17": ["unsigned char*"],
+        "inl": ["long long*"]}
+    from tenferro.args import ParamBlock
+    from tenferro.dtypes import by_name
+
+    # what a launch checks a span against: float64 for y, float32 for x
+    assert ParamBlock(sigs["inner"]).elements == (frozenset({by_name("f64")}),
+                                                  frozenset({by_name("f32")}))
+
+
+def test_a_kernel_the_probe_cannot_name_keeps_what_ptx_says_alone():
+    # A macro declares one in a namespace the text does not show: &k does not resolve at the
+    # end of the source, so it keeps PTX's view, and it alone: the others are probed apart.
+    src = ('#define IN_NS(name) namespace hidden { extern "C" __global__ void name(float* y, '
+           'int n) {} }\nIN_NS(k)\nextern "C" __global__ void seen(float* y) {}\n')
     r = tf.compile_cuda(src, cache=False)
     assert [p.c_type for p in r.signatures["k"].params] == [None, None]
-    assert [p.kind for p in r.signatures["k"].params] == ["ptr", "int"]
+    assert [p.kind for p in r.signatures["k"].params] == ["ptr_or_int64", "int"]
+    assert [p.c_type.spell() for p in r.signatures["seen"].params] == ["float*"]
+
+
+def test_kernels_are_named_with_the_namespaces_the_text_puts_them_in():
+    from tenferro.signature import qualified_kernel_names
+
+    src = r"""extern "C" __global__ void top(float* y) { if (y) { y[0] = 1; } }
+namespace ops {
+#define OPENS {
+#define CONTINUED(x) \
+    { x = 1; }
+// namespace fake { extern "C" __global__ void commented(int*) {}
+extern "C" __global__ void __launch_bounds__(128) inner(const char* s) { printf("{", '{'); }
+namespace { __global__ void in_unnamed(int* y) {} }
+}
+namespace a::b { namespace c { __global__ void deep(int* y) {} } }
+__global__ void after(float* y) {}
+"""
+    assert qualified_kernel_names(src) == {"inner": "ops::inner", "in_unnamed": "ops::in_unnamed",
+                                           "deep": "a::b::c::deep"}
+    assert qualified_kernel_names("}}} __global__ void k(int* y) {}") == {}  # stray braces
 
 
 @pytest.mark.parametrize(("decl", "name"), [
@@ -412,9 +461,10 @@ def test_a_probe_that_names_no_function_pointer_leaves_that_kernel_alone():
      [("h", "float", 2, "f16"), ("m", "int", 4, "u32"), ("p", "ptr", 8, None),
       ("q", "int", 8, "i64"), ("d", "float", 8, "f64")]),
 ])
-def test_the_declaration_reader_types_what_the_probe_cannot_name(src, want):
-    # In a namespace, &k does not resolve where the probe is compiled: the text's declaration
+def test_the_declaration_reader_types_what_the_probe_cannot_name(src, want, monkeypatch):
+    # Where the probe is not told the namespace, &k does not resolve: the text's declaration
     # is all there is, __half (a .b8 array in PTX) included.
+    monkeypatch.setattr(compiler, "qualified_kernel_names", lambda source: {})
     sig = tf.compile_cuda(src, cache=False).signatures["k"]
     assert all(p.c_type is None for p in sig.params)
     assert sig.origin == "cuda"  # read from the declaration, () and (void) alike
