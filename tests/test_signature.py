@@ -233,18 +233,20 @@ def test_kernels_are_named_with_the_namespaces_the_text_puts_them_in():
 
     src = r"""extern "C" __global__ void top(float* y) { if (y) { y[0] = 1; } }
 namespace ops {
-#define OPENS {
+  #  define OPENS {
 #define CONTINUED(x) \
-    { x = 1; }
+    {
 // namespace fake { extern "C" __global__ void commented(int*) {}
 extern "C" __global__ void __launch_bounds__(128) inner(const char* s) { printf("{", '{'); }
 namespace { __global__ void in_unnamed(int* y) {} }
 }
 namespace a::b { namespace c { __global__ void deep(int* y) {} } }
+namespace e::inline v2 { __global__ void versioned(int* y) {} }
 __global__ void after(float* y) {}
 """
     assert qualified_kernel_names(src) == {"inner": "ops::inner", "in_unnamed": "ops::in_unnamed",
-                                           "deep": "a::b::c::deep"}
+                                           "deep": "a::b::c::deep",
+                                           "versioned": "e::v2::versioned"}
     assert qualified_kernel_names("}}} __global__ void k(int* y) {}") == {}  # stray braces
 
 
