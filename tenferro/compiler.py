@@ -277,6 +277,7 @@ _MISSING_HEADER = re.compile(r'^(?:(.*)\((\d+)\): )?.*cannot open source file "(
                              re.MULTILINE)
 
 
+_FIRST_ERROR = re.compile(r"^.*\(\d+\): (?:catastrophic )?error", re.MULTILINE)
 # NVRTC's line for a host function it met: in a header, the header is not for device code
 _HOST_FUNCTION = re.compile(r"^(.*)\((\d+)\): error: A function without execution space "
                             r"annotations", re.MULTILINE)
@@ -293,8 +294,9 @@ def _compile_hint(log: str, name: str) -> str:
     m = _MISSING_HEADER.search(log)
     if m is None:
         h = _HOST_FUNCTION.search(log)
-        if h is None:
-            return ""
+        first = _FIRST_ERROR.search(log)
+        if h is None or first is None or first.start() != h.start():
+            return ""  # another error came first: the host function may only follow from it
         if os.path.basename(h.group(1)) == os.path.basename(name):  # a file written for nvcc
             return (f": line {h.group(2)} is a host function, and NVRTC compiles device code "
                     "only: mark a helper the kernels call __device__, and keep host code "

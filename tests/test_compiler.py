@@ -608,6 +608,10 @@ def test_host_code_is_named_where_it_is(tmp_path):
         "__CUDACC_RTC__ ... #endif")
     guarded = _FOR_NVCC.replace("int main", "#ifndef __CUDACC_RTC__\nint main", 1) + "#endif\n"
     assert tf.compile_cuda(guarded, cache=False).signatures  # as the hint says: it compiles
+    with pytest.raises(tf.CompileError) as info:  # misplaced __global__ comes first: no hint
+        tf.compile_cuda('__global__ extern "C" void k(float* y) {}\n', cache=False)
+    assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
+    assert "host function" in info.value.log  # NVRTC's second error, which follows the first
     with pytest.raises(tf.CompileError, match=r"^compile_cuda: NVRTC failed to compile "
                                               r"'tenferro\.cu' for sm_90: cuda\.h declares host "
                                               r"functions \(line \d+\), which NVRTC does not "
