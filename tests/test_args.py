@@ -494,6 +494,31 @@ def test_the_straight_line_pack_does_what_the_general_loop_does(data):
     assert results[0] == results[1]
 
 
+def test_the_usual_arguments_take_the_straight_line_alone(monkeypatch):
+    # The launch's hot path: a span of the dtype the pointee names (one of two for float2*),
+    # any span where the pointee names none, a read-only producer's span where the kernel
+    # reads through const, typed and numpy scalars of the parameter's own type. None of them
+    # needs the general per-slot check; what is packed is what that check would pack.
+    from tenferro.dtypes import by_name
+
+    sig = tf.compile_cuda(TYPED).signatures["t"]
+    readonly_x = tf.TensorRef(0x2000, (4,), (4,), by_name("f32"), 0, None, _OURS, True)
+    z_f32 = tf.TensorMut(0x7000, (4,), (4,), by_name("f32"), 0, None, _OURS)  # float2's lanes
+    lists = [_typed_args(), _typed_args(x=readonly_x, z=z_f32, n=np.uint32(7), i=np.int32(-7),
+                                        m=np.uint64(1 << 40))]
+    want = []
+    for args in lists:
+        block = ParamBlock(sig)
+        assert block.pack(args, _OURS, "session.launch") == [a for a in args[:8]]
+        want.append(bytes(block._mv))
+    slow = []
+    monkeypatch.setattr(ParamBlock, "pack_slot", lambda self, i, *a: slow.append(i))
+    for args, packed in zip(lists, want, strict=True):
+        block = ParamBlock(sig)  # binds the spy as its slot check
+        block.pack(args, _OURS, "session.launch")
+        assert slow == [] and bytes(block._mv) == packed
+
+
 def test_which_parameters_take_a_span_and_which_refuse_it():
     # Both pack paths share these decisions, so they are checked here by what they accept.
     from tenferro.dtypes import by_name
