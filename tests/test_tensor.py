@@ -429,7 +429,7 @@ def test_a_tensor_whose_allocation_failed_frees_nothing(monkeypatch):
     import gc
 
     gc.collect()
-    assert s.calls == []  # the half-made Tensor had no pointer to free
+    assert s.calls == [] and s.spare == []  # no pointer to free, nor to keep for the next one
 
 
 def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(monkeypatch):
@@ -439,8 +439,9 @@ def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(
     s = _Memory(monkeypatch)
     last = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES // 4,), np.float32)  # the last fit
     past = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES + 1,), np.uint8)  # the first past it
-    assert [c[:2] for c in s.calls] == [("alloc", SPARE_BLOCK_BYTES),
-                                        ("alloc", SPARE_BLOCK_BYTES + 1)]
+    assert s.calls == [("alloc", SPARE_BLOCK_BYTES, 7, "session.alloc_output"),
+                       ("alloc", SPARE_BLOCK_BYTES + 1, 7, "session.alloc_output")]
+    assert last.context is s.context and past.context is s.context  # what __del__ frees through
     kept, freed = last.ptr, past.ptr
     s.calls.clear()
     del last, past
@@ -449,6 +450,9 @@ def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(
     again = tensor_part.alloc_zeros(s, (3,), np.int16)
     assert again.ptr == kept and s.calls == [("memset", kept, 0, 6, 7, "session.alloc_zeros")]
     del again
+    full = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES,), np.uint8)  # a block's size exactly
+    assert full.ptr == kept and s.calls == [("memset", kept, 0, 6, 7, "session.alloc_zeros")]
+    del full
     s.calls.clear()
     tensor_part.trim_memory(s, 0)
     assert s.calls == [("free", kept, 7), ("trim", 0, "session.trim_memory")]
