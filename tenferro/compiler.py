@@ -344,13 +344,8 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
     got = early.result() if early is not None else None
     if got and all(e in got for e in entries):
         return {e: got[e] for e in entries}
-    probe_source = source + _PROBE_SOURCE
-    exprs = _probe_exprs(entries, qualified_kernel_names(source))
-    lowered = _lowered_probes(probe_source, name, options, exprs)
-    if len(exprs) > 1 and not lowered:
-        lowered = {k: one for k, x in exprs.items()
-                   for one in _lowered_probes(probe_source, name, options, {k: x}).values()}
-    return lowered
+    return _lowered_probes_apart(source + _PROBE_SOURCE, name, options,
+                                 _probe_exprs(entries, qualified_kernel_names(source)))
 
 
 def _probe_exprs(kernels: list[str], qualified: dict[str, str]) -> dict[str, str]:
@@ -408,11 +403,20 @@ def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> di
     them all, each is probed alone, so only it keeps PTX's view.
     """
     exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx, source))
-    probe_source = source + variables_part.PROBE_SOURCE
-    lowered = _lowered_probes(probe_source, name, options, exprs)
+    return _lowered_probes_apart(source + variables_part.PROBE_SOURCE, name, options, exprs)
+
+
+def _lowered_probes_apart(source: str, name: str, options: list[str],
+                          exprs: dict[str, str]) -> dict[str, str]:
+    """`_lowered_probes` of them all, else of each alone where that compile failed.
+
+    One expression that cannot be named at the end of the source spoils the compile of them
+    all; apart, only it is left out.
+    """
+    lowered = _lowered_probes(source, name, options, exprs)
     if len(exprs) > 1 and not lowered:
         lowered = {k: one for k, x in exprs.items()
-                   for one in _lowered_probes(probe_source, name, options, {k: x}).values()}
+                   for one in _lowered_probes(source, name, options, {k: x}).values()}
     return lowered
 
 
