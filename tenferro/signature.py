@@ -175,9 +175,10 @@ def parse_ptx(text: str, op: str = "signature.parse_ptx", *,
 
 # --- CUDA C declarations ----------------------------------------------------------------------
 
-_GLOBAL = re.compile(
-    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)", re.S)
+# A __global__ declaration up to its parameter list: the kernel's name is its one group.
+_KERNEL_DECL = (r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+_GLOBAL = re.compile(_KERNEL_DECL + r"([^)]*)\)", re.S)
 # Comments, and the string and character literals a comment marker could sit in.
 _COMMENTS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
@@ -189,9 +190,7 @@ def _without_comments(source: str) -> str:
 
 # What opens or closes a scope, and a __global__ declaration, in the order the text has them.
 _SCOPES = re.compile(r"\bnamespace\s+((?:inline\s+)?[A-Za-z_]\w*(?:\s*::\s*(?:inline\s+)?"
-                     r"[A-Za-z_]\w*)*)\s*\{|\bnamespace\s*\{|[{}]|"
-                     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+                     r"[A-Za-z_]\w*)*)\s*\{|\bnamespace\s*\{|[{}]|" + _KERNEL_DECL)
 
 
 def qualified_kernel_names(source: str) -> dict[str, str]:
