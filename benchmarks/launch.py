@@ -163,7 +163,7 @@ def main() -> int:
 
     _driver.build_fast_calls()  # the steady state: a hot process launches through the @njit path
     with tf.Session(device=0) as s, tempfile.TemporaryDirectory() as tmpdir:
-        stream = s.stream_handle
+        stream = s.stream
         sync = s.synchronize
         mod = s.compile(SRC)
         fn = mod.function("empty4")

@@ -142,7 +142,7 @@ def main() -> int:
                        lambda: (y.view(N), x.view(N))),
                 Method("part: tf.f32(2.0) and tf.u32(n)", lambda: (tf.f32(2.0), tf.u32(N))),
                 Method("part: event record on torch's stream, wait on ours",
-                       lambda: order_after(s.stream_handle, torch_stream or 1, ev, "bench")),
+                       lambda: order_after(s.stream, torch_stream or 1, ev, "bench")),
             ]
 
         def sync() -> None:
@@ -235,7 +235,7 @@ def fast_path_checks(torch, s, fn, nk, cfg, y, x) -> list[tuple[str, str, bool]]
     torch.cuda._sleep(200_000_000)
     x.fill_(0.5)
     x.add_(1.0)
-    with torch.cuda.stream(torch.cuda.ExternalStream(s.stream_handle)):
+    with torch.cuda.stream(torch.cuda.ExternalStream(s.stream)):
         torch.cuda._sleep(200_000_000)  # on the session's own stream
     s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
     got = y.double()  # torch's op on its default stream, right after the launch

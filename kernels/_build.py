@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tenferro import LaunchConfig, Module, Session, ValidationError, args, dtypes
+from tenferro.session import state_of
 
 __all__ = ["C_TYPES", "check_session", "function", "grid_stride", "plan", "session_table",
            "spans_1d", "type_of", "workspace"]
@@ -82,7 +83,7 @@ def session_table(s: Any) -> _Table:
         table = _functions.get(s)
         if table is None:
             table = _functions[s] = _Table(s)
-            s.liveness.add_cache(table)
+            state_of(s).liveness.add_cache(table)
         if s.is_open:
             _last = (s, table)
     return table

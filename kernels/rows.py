@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tenferro import LaunchConfig, ValidationError, u32, u64
+from tenferro.session import state_of
 
 from ._build import C_TYPES, check_session, function, plan, session_table, workspace
 
@@ -164,7 +165,7 @@ def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     # (rows.cu). A captured launch is replayed with the epoch it was captured with, so it
     # clears them first, in the graph, and takes epoch 0, which no other launch takes.
     state = workspace(s, words, "cumsum state")
-    if s.liveness.capturing:
+    if state_of(s).liveness.capturing:
         epoch = 0
         s.memset(state, 0)
     else:

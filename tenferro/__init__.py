@@ -12,10 +12,9 @@ from .errors import (
     ValidationError,
 )
 from .events import Event
-from .launch import LaunchConfig
+from .launch_config import LaunchConfig
 from .module import Function, Module
-from .scope import from_dlpack
-from .session import Session
+from .session import Session, from_dlpack
 from .spans import DeviceBytes, TensorMut, TensorRef
 from .tensor import Tensor
 

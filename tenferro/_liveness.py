@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _driver
 
-__all__ = ["SPARE_BLOCK_BYTES", "Liveness", "retain"]
+__all__ = ["SPARE_BLOCK_BYTES", "Liveness"]
 
 SPARE_BLOCK_BYTES = 256  # a Tensor of at most this many bytes gets a block of this size
 # Blocks kept for reuse; past it a dropped small Tensor is freed. More than a fence's worth
@@ -178,9 +178,3 @@ class Liveness:
                 pass
         self.spare_events.clear()
 
-
-def retain(s: Any, obj: Any) -> Any:
-    """Keep ``obj`` alive until the session closes; returns it."""
-    s.check_use("session.retain")
-    s.liveness.retain(obj)
-    return obj

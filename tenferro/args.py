@@ -286,7 +286,7 @@ class PackedParams:
         self._mv[:] = saved
         self.forget()
 
-    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+    def pack(self, args: list | tuple, state: Any, op: str) -> list:
         """Check every argument against the signature and write it; return the spans used.
 
         Refuses (`ValidationError`): a wrong count, a span of another or a closed session, a
@@ -315,7 +315,7 @@ class PackedParams:
             if kept is not None and a is prev[i]:
                 span = kept[i]
             else:
-                span = slot(i, a, session, op)
+                span = slot(i, a, state, op)
                 new_span = new_span or span is not None
             slot_spans.append(span)
             if span is not None:
@@ -326,11 +326,11 @@ class PackedParams:
         self.last_slot_spans = slot_spans
         return spans
 
-    def pack_new(self, args: list | tuple, session: Any, op: str) -> list:
+    def pack_new(self, args: list | tuple, state: Any, op: str) -> list:
         """`pack`, for a caller that found ``args`` are not the very objects packed last."""
-        return self.pack(args, session, op)
+        return self.pack(args, state, op)
 
-    def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
+    def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         raise NotImplementedError
 
@@ -370,9 +370,9 @@ class ParamBlock(PackedParams):
                                   or p.c_type.pointee.is_const for p in params)
         self._pack, self.pack_new = self._straight_line_pack()
 
-    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+    def pack(self, args: list | tuple, state: Any, op: str) -> list:
         """`PackedParams.pack`, through straight-line code made for this signature."""
-        return self._pack(args, session, op)
+        return self._pack(args, state, op)
 
     def _straight_line_pack(self) -> tuple[Any, Any]:
         """``(pack, pack_new)``: `PackedParams.pack` unrolled for this signature.
@@ -383,14 +383,14 @@ class ParamBlock(PackedParams):
         goes); anything else goes to `pack_slot`, which accepts or refuses it as always. What
         is written and returned is what the general loop writes and returns.
         """
-        lines = ["def pack(args, session, op):",
+        lines = ["def pack(args, state, op):",
                  "    prev = block.last_args",
                  "    if prev and len(args) == len(prev) and all(map(_is, args, prev)):",
                  "        return block.last_spans",
-                 "    return pack_new(args, session, op)",
-                 "def pack_new(args, session, op):",
+                 "    return pack_new(args, state, op)",
+                 "def pack_new(args, state, op):",
                  f"    if len(args) != {self.nparams}:",
-                 "        return general(args, session, op)",
+                 "        return general(args, state, op)",
                  "    block.last_args = ()",
                  "    spans = []"]
         consts: dict[str, Any] = {}
@@ -407,10 +407,10 @@ class ParamBlock(PackedParams):
                     consts[f"E{i}"] = next(iter(elements)) if single else elements
                     typed = f"({typed}) and a.scalar_type {'is' if single else 'in'} E{i}"
                 lines += ["    c = a.__class__",
-                          f"    if (c is DeviceBytes or {typed}) and a.session is session:",
+                          f"    if (c is DeviceBytes or {typed}) and a.state is state:",
                           f"        put_u64(mv, {off}, a.ptr)",
                           "        spans.append(a)",
-                          f"    elif (a := slot({i}, a, session, op)) is not None:",
+                          f"    elif (a := slot({i}, a, state, op)) is not None:",
                           "        spans.append(a)"]
             else:
                 size = self.params[i].size
@@ -426,7 +426,7 @@ class ParamBlock(PackedParams):
                           f"    elif (v := N{i}.get(a.__class__)) is not None:",
                           "        v[0] = a",
                           "    else:",
-                          f"        slot({i}, a, session, op)"]
+                          f"        slot({i}, a, state, op)"]
         # Two or three spans: each pair tested inline (`overlaps`); check_overlaps names them.
         pair = ("(({0}.writable or {1}.writable) and {0}.lo < {1}.hi and {1}.lo < {0}.hi and "
                 "{0}.hi > {0}.lo and {1}.hi > {1}.lo)")
@@ -473,7 +473,7 @@ class ParamBlock(PackedParams):
         return ValidationError(f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel "
                                f"takes {what}{hint}")
 
-    def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Span | None:
+    def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         cls = a.__class__
         if cls is KernelArg:
@@ -497,7 +497,7 @@ class ParamBlock(PackedParams):
                 self._mv[self.slices[i]] = a.data
                 return None
         if cls is TensorMut or cls is TensorRef or cls is DeviceBytes:
-            if a.session is not session:
+            if a.state is not state:
                 raise ValidationError(
                     f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
                     f"with this session's tensor()/tensor_mut()")

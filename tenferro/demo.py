@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from . import Session, ValidationError, cache_stats, f32, u32
-from .launch import LaunchConfig
+from .launch_config import LaunchConfig
 
 __all__ = ["run_demo"]
 
@@ -39,7 +39,7 @@ def run_demo(device: int = 0) -> int:
     ok = True
     with Session(device=device) as s:
         major, minor = s.context.compute_capability
-        print(f"session: device {device} (sm_{major}{minor}), stream 0x{s.stream_handle:x}")
+        print(f"session: device {device} (sm_{major}{minor}), stream 0x{s.stream:x}")
         t0 = time.perf_counter()
         mod = s.compile(SOURCE)
         ms = (time.perf_counter() - t0) * 1e3

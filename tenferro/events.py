@@ -16,10 +16,15 @@ class Event:
     Usable while its session is open; ``s.wait(event)`` orders a session's stream after it.
     """
 
-    __slots__ = ("__weakref__", "handle", "session", "timing")
+    __slots__ = ("__weakref__", "handle", "state", "timing")
 
-    def __init__(self, session: Any, timing: bool) -> None:
-        self.session = session
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this event belongs to."""
+        return self.state.session
+
+    def __init__(self, state: Any, timing: bool) -> None:
+        self.state = state
         self.timing = timing
         self.handle = 0
         self.handle = _driver.event_create(timing)
@@ -34,7 +39,7 @@ class Event:
 
     def check_open(self, op: str) -> None:
         """Refuse use (naming ``op``) once the event's session has closed."""
-        if not self.session.is_open:
+        if not self.state.is_open:
             raise RuntimeStateError(f"{op}: the event's session is closed")
 
     def query(self) -> bool:
@@ -43,7 +48,7 @@ class Event:
         try:
             return _driver.event_query(self.handle, "event.query")
         except KernelFault as exc:
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
 
     def synchronize(self) -> None:
         """Block the host until the event has completed."""
@@ -51,7 +56,7 @@ class Event:
         try:
             _driver.event_synchronize(self.handle, "event.synchronize")
         except KernelFault as exc:
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
 
     def elapsed_ms(self, end: Event) -> float:
         """Milliseconds of GPU time from this event to ``end``; both must have completed.
@@ -76,28 +81,28 @@ class Event:
                         "or s.synchronize() first (elapsed_ms never waits)")
             return _driver.event_elapsed_ms(self.handle, end.handle, op)
         except KernelFault as exc:
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
 
     def __repr__(self) -> str:
         return f"Event(0x{self.handle:x}, timing={self.timing})"
 
 
-def record_event(s: Any, timing: bool = True) -> Event:
+def record_event(st: Any, timing: bool = True) -> Event:
     """Record an event at the current tail of the session's stream."""
     op = "session.record_event"
-    s.check_use(op)
-    s.refuse_in_capture(op, "events are not captured")
-    ev = Event(s, timing)
-    _driver.event_record(ev.handle, s.stream, op)
+    st.check_use(op)
+    st.refuse_in_capture(op, "events are not captured")
+    ev = Event(st, timing)
+    _driver.event_record(ev.handle, st.stream, op)
     return ev
 
 
-def wait_event(s: Any, event: Event) -> None:
+def wait_event(st: Any, event: Event) -> None:
     """Order later work on this session's stream after ``event`` (no host block)."""
     op = "session.wait"
-    s.check_use(op)
-    s.refuse_in_capture(op, "events are not captured")
+    st.check_use(op)
+    st.refuse_in_capture(op, "events are not captured")
     if not isinstance(event, Event):
         raise ValidationError(f"{op}: event must be an Event, got {type(event).__name__}")
     event.check_open(op)
-    _driver.stream_wait_event(s.stream, event.handle, op)
+    _driver.stream_wait_event(st.stream, event.handle, op)

@@ -39,15 +39,20 @@ _INVALIDATED_WHY = (
 class Graph:
     """An instantiated CUDA graph of a session; replay with `launch`."""
 
-    __slots__ = ("__weakref__", "_exec", "_graph", "node_count", "owners", "session")
+    __slots__ = ("__weakref__", "_exec", "_graph", "node_count", "owners", "state")
 
-    def __init__(self, session: Any, graph: int, node_count: int, owners: list) -> None:
-        self.session = session
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this graph belongs to."""
+        return self.state.session
+
+    def __init__(self, state: Any, graph: int, node_count: int, owners: list) -> None:
+        self.state = state
         self._graph = 0
         self._exec: _driver.ExecutableGraph | None = None
         self.node_count = node_count
         self.owners = owners
-        self._exec = _driver.ExecutableGraph(graph, session.stream, "session.capture")
+        self._exec = _driver.ExecutableGraph(graph, state.stream, "session.capture")
         self._graph = graph  # owned from here on; before, the capture destroys it on failure
 
     def launch(self, stream: Any = None) -> None:
@@ -58,27 +63,19 @@ class Graph:
         if stream is not None:
             raise ValidationError(f"graph.launch: {stream=} is refused; a graph replays on its "
                                   "session's stream")
-        s = self.session
+        st = self.state
         op = "graph.launch"
-        s.check_use(op)
-        if s.liveness.capturing:
+        st.check_use(op)
+        if st.liveness.capturing:
             raise RuntimeStateError(f"{op}: not during a capture")
         if self._exec is None:
             raise RuntimeStateError(f"{op}: the graph cannot replay: making its executable "
                                     "graph again after a refused update failed; capture anew")
-        try:
-            if s.ordering.pending:
-                s.ordering.flush(op)
-            timed = s.active_timeline
-            if timed is not None:
-                timed.before_launch(op)
-            self._exec.launch(op)
-            s.launch_count += 1
-            if timed is not None:
-                timed.after_launch(f"graph of {self.node_count} node(s)", None, op)
-            s.liveness.hold(self)  # the graph and its owners live until the stream passes
+        try:  # the graph and its owners live until the stream passes the replay
+            st.enqueue(op, f"graph of {self.node_count} node(s)", None, self._exec.launch, op,
+                       self)
         except KernelFault as exc:
-            raise s.fault_seen(exc) from None
+            raise st.record_fault(exc) from None
 
     def take_update(self, graph: int, node_count: int, owners: list, op: str) -> None:
         """Take the node parameters of ``graph`` (a new capture of the same work) and its owners.
@@ -96,7 +93,7 @@ class Graph:
                 stale, self._exec = self._exec, None
                 stale.destroy()  # launches in flight finish first; the driver frees it after
                 try:
-                    self._exec = _driver.ExecutableGraph(self._graph, self.session.stream, op)
+                    self._exec = _driver.ExecutableGraph(self._graph, self.state.stream, op)
                 except BaseException:  # the graph can no longer replay; graph is still owned
                     _driver.graph_destroy(graph)
                     raise
@@ -105,7 +102,7 @@ class Graph:
             raise ValidationError(
                 f"{op}: update=graph: the new capture is not the same work as the graph's, so "
                 f"it cannot update it ({why}); capture without update= for a new graph")
-        self.session.liveness.hold(self.owners)  # replays in flight may still use them
+        self.state.liveness.hold(self.owners)  # replays in flight may still use them
         old, self._graph = self._graph, graph
         self.node_count, self.owners = node_count, owners
         _driver.graph_destroy(old)
@@ -115,7 +112,7 @@ class Graph:
         self._exec, self._graph = None, 0
         if exec_graph is None and not graph:
             return
-        live = getattr(getattr(self, "session", None), "liveness", None)
+        live = getattr(getattr(self, "state", None), "liveness", None)
         if live is not None and live.capturing:  # a destroy now would invalidate the capture
             live.defer_release(lambda: _destroy(exec_graph, graph))
         else:
@@ -139,44 +136,44 @@ def _destroy(exec_graph: _driver.ExecutableGraph | None, graph: int) -> None:
 class Capture:
     """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends."""
 
-    __slots__ = ("_saved_holds", "graph", "session", "update")
+    __slots__ = ("_saved_holds", "graph", "state", "update")
 
-    def __init__(self, session: Any, update: Graph | None = None) -> None:
-        self.session = session
+    def __init__(self, state: Any, update: Graph | None = None) -> None:
+        self.state = state
         self.update = update
         self.graph: Graph | None = None
 
     def __enter__(self) -> Capture:
-        s = self.session
+        st = self.state
         op = "session.capture"
-        s.check_use(op)
-        if s.liveness.capturing:
+        st.check_use(op)
+        if st.liveness.capturing:
             raise RuntimeStateError(f"{op}: a capture is already running on this session")
-        if s.active_timeline is not None:
+        if st.active_timeline is not None:
             raise RuntimeStateError(f"{op}: not inside s.timeline(); timing events are not "
                                     "captured")
-        if s.ordering.pending:  # spans made before the capture: their order is not captured
+        if st.ordering.pending:  # spans made before the capture: their order is not captured
             try:
-                s.ordering.flush(op)
+                st.ordering.flush(op)
             except KernelFault as exc:
-                raise s.fault_seen(exc) from None
-        _driver.capture_begin(s.stream, op)
-        self._saved_holds = s.liveness.begin_capture()
-        s.refresh_fast_path()  # every captured launch goes where its owners are collected
+                raise st.record_fault(exc) from None
+        _driver.capture_begin(st.stream, op)
+        self._saved_holds = st.liveness.begin_capture()
+        st.refresh_fast_path()  # every captured launch goes where its owners are collected
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        s = self.session
-        live = s.liveness
+        st = self.state
+        live = st.liveness
         owners = live.end_capture(self._saved_holds)  # the stream records again, even on error
         self._saved_holds = None
-        s.refresh_fast_path()
+        st.refresh_fast_path()
         try:
-            graph = _driver.capture_end(s.stream, "session.capture")
+            graph = _driver.capture_end(st.stream, "session.capture")
         except BackendError as end_exc:
             if isinstance(end_exc, KernelFault):
-                end_exc = s.fault_seen(end_exc)
-            elif end_exc.result_name == _INVALIDATED and LEGACY in s.ordering.in_order_with:
+                end_exc = st.record_fault(end_exc)
+            elif end_exc.result_name == _INVALIDATED and LEGACY in st.ordering.in_order_with:
                 end_exc = BackendError(f"{end_exc}: {_INVALIDATED_WHY}", end_exc.result_name,
                                        end_exc.result_code)
             if exc is not None:
@@ -200,7 +197,7 @@ class Capture:
                 self.update.take_update(handle, count, owners, "session.capture")
                 self.graph = self.update
                 return
-            self.graph = Graph(s, graph, count, owners)
+            self.graph = Graph(st, graph, count, owners)
         except BaseException:
             if self.graph is None and graph:
                 _driver.graph_destroy(graph)
@@ -208,24 +205,24 @@ class Capture:
 
 
 @contextlib.contextmanager
-def captured_elsewhere(s: Any) -> Iterator[None]:
+def captured_elsewhere(st: Any) -> Iterator[None]:
     """Work the block enqueues while another library captures the session's stream.
 
     The session behaves as in its own capture (no fence events, no allocations, no waits; the
     launches take the path that collects their owners), and keeps those owners until it
     closes: the other library's graph may replay them for as long as it likes.
     """
-    live = s.liveness
+    live = st.liveness
     saved = live.begin_capture()
-    s.refresh_fast_path()
+    st.refresh_fast_path()
     try:
         yield
     finally:
         live.retain(live.end_capture(saved))
-        s.refresh_fast_path()
+        st.refresh_fast_path()
 
 
-def capture(s: Any, update: Graph | None = None) -> Capture:
+def capture(st: Any, update: Graph | None = None) -> Capture:
     """``with s.capture() as cap: ...``: capture the block's work; then ``cap.graph``.
 
     ``cap.graph`` is a `Graph` to replay with ``graph.launch()``, or None when the block
@@ -233,7 +230,7 @@ def capture(s: Any, update: Graph | None = None) -> Capture:
     order, with other arguments) updates that graph in place, and ``cap.graph`` is it. See
     `tenferro.graph` for what is refused during a capture.
     """
-    if update is not None and (type(update) is not Graph or update.session is not s):
+    if update is not None and (type(update) is not Graph or update.state is not st):
         raise ValidationError(f"session.capture: update must be a Graph of this session, got "
                               f"{type(update).__name__}")
-    return Capture(s, update)
+    return Capture(st, update)

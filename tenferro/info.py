@@ -95,31 +95,31 @@ def report(facts: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-def session_facts(s: Any) -> dict[str, Any]:
+def session_facts(st: Any) -> dict[str, Any]:
     """A session's state, device, stream, memory, launches and the last ones, as plain values.
 
     Never raises and never waits: a fact the driver does not give (no device, a faulted
     context) is left out. ``memory`` is tenferro's pool on the device while the session is open.
     """
-    if s.is_open:
-        state = "faulted" if s.faulted else "open"
+    if st.is_open:
+        state = "faulted" if st.faulted else "open"
     else:
-        state = "closed" if s.thread is not None else "not entered"
+        state = "closed" if st.thread is not None else "not entered"
     try:
-        last = [display_name(n) for n in s.recent_launches]
+        last = [display_name(n) for n in st.recent_launches]
     except RuntimeError:  # appended to by the session's thread while this one read it
         last = []
-    out: dict[str, Any] = {"device": s.device, "state": state, "launches": s.launch_count,
+    out: dict[str, Any] = {"device": st.device, "state": state, "launches": st.launch_count,
                            "last_launches": last}
     try:
-        name, (major, minor), _ = _driver.device_summary(s.device)
+        name, (major, minor), _ = _driver.device_summary(st.device)
         out["name"], out["arch"] = name, f"sm_{major}{minor}"
     except Exception:  # no driver or no such device: the ordinal is all there is to say
         pass
-    if s.is_open:
-        out["stream"] = s.stream
+    if st.is_open:
+        out["stream"] = st.stream
         try:
-            out["memory"] = s.context.pool_stats()
+            out["memory"] = st.context.pool_stats()
         except Exception:  # a faulted context refuses; the rest still describes the session
             pass
     return out
@@ -129,10 +129,10 @@ def _memory(stats: dict[str, int]) -> str:
     return f"{_size(stats['used_bytes'])} used of {_size(stats['reserved_bytes'])} reserved"
 
 
-def session_repr(s: Any) -> str:
+def session_repr(st: Any) -> str:
     """``Session(device=0 'NVIDIA H200' sm_90, open, stream, memory, 5 launch(es), last: ...)``."""
     try:
-        f = session_facts(s)
+        f = session_facts(st)
     except AttributeError:  # a Session whose __init__ refused its arguments
         return "Session(not made)"
     parts = [f"device={f['device']}" + (f" {f['name']!r} {f['arch']}" if "name" in f else ""),
@@ -146,10 +146,10 @@ def session_repr(s: Any) -> str:
     return f"Session({', '.join(parts)})"
 
 
-def session_html(s: Any) -> str:
+def session_html(st: Any) -> str:
     """The session as a small table, for notebooks."""
     try:
-        f = session_facts(s)
+        f = session_facts(st)
     except AttributeError:
         return "<b>tenferro Session</b> (not made)"
     rows = [("device", f"{f['device']}" + (f": {f['name']} ({f['arch']})" if "name" in f else "")),

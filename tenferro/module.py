@@ -17,6 +17,7 @@ from . import variables as variables_part
 from .compiler import compile_cuda
 from .entries import find_entry
 from .errors import BackendError, KernelFault, ValidationError
+from .launch_config import LaunchConfig, check_against
 from .signature import Signature, display_name, from_driver_layout, kernels_html, parse_ptx
 from .variables import Variable
 
@@ -44,16 +45,21 @@ class Module:
         "handle",
         "kind",
         "lowered_names",
-        "session",
         "signatures",
+        "state",
         "variables",
     )
 
-    def __init__(self, session: Any, image: bytes, kind: str,
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this module belongs to."""
+        return self.state.session
+
+    def __init__(self, state: Any, image: bytes, kind: str,
                  signatures: dict[str, Signature], lowered_names: dict[str, str] | None = None,
                  op: str = "session.load_module", compile_log: str = "",
                  variables: dict[str, Variable] | None = None) -> None:
-        self.session = session
+        self.state = state
         self.compile_log = compile_log
         self.variables = variables or {}
         self.kind = kind
@@ -82,11 +88,11 @@ class Module:
     @property
     def function_names(self) -> list[str]:
         """The kernel entries this module holds."""
-        self.session.check_use("module.function_names")
+        self.state.check_use("module.function_names")
         try:
             return self._names()
         except KernelFault as exc:
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
 
     def function(self, name: str) -> Function:
         """The kernel ``name``, as a user knows it.
@@ -97,7 +103,7 @@ class Module:
         or templated C++ name one listing the kernels it could mean.
         """
         op = "module.function"
-        self.session.check_use(op)
+        self.state.check_use(op)
         if not isinstance(name, str):
             raise ValidationError(f"{op}: name must be str, got {type(name).__name__} {name!r}")
         fn = self._functions.get(name)
@@ -106,7 +112,7 @@ class Module:
         try:
             fn = self._functions[name] = self._load_function(name, op)
         except KernelFault as exc:  # the first call to see an earlier launch's fault
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
         return fn
 
     def _load_function(self, name: str, op: str) -> Function:
@@ -210,17 +216,22 @@ class Function:
         "record",
         "record_address",
         "record_config",
-        "session",
         "signature",
+        "state",
         "static_shared_bytes",
     )
+
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this function belongs to."""
+        return self.state.session
 
     def __init__(self, module: Any, name: str, handle: int, sig: Signature,
                  param_block: Any = None, *, grid_sync: bool = False) -> None:
         from .args import ParamBlock  # args sits above signature; imported once here
 
         self.module = module
-        self.session = module.session
+        self.state = module.state
         self.name = name
         self.handle = handle
         self.signature = sig
@@ -228,7 +239,7 @@ class Function:
         self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
         self.dynamic_shared_limit = DEFAULT_SHARED_LIMIT - self.static_shared_bytes
-        self.device_shared_optin = self.session.context.attribute(
+        self.device_shared_optin = self.state.context.attribute(
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self.checked_configs: set = set()
         # The launcher's record for the last config checked (handle, grid, block, shared
@@ -242,7 +253,7 @@ class Function:
         self.grid_sync = grid_sync  # synchronizes the whole grid: launched cooperatively only
         self._compiled_cluster: Any = _UNREAD
         # The session makes the parameter block forget its last arguments when it synchronizes.
-        self.session.liveness.add_cache(self.param_block)
+        self.state.liveness.add_cache(self.param_block)
 
     def use_config(self, config: Any, stream: int) -> None:
         """Make the launcher's record for ``config`` (checked by the caller) on ``stream``.
@@ -263,7 +274,7 @@ class Function:
         """The cluster shape the kernel was compiled with (``__cluster_dims__``), or None."""
         if self._compiled_cluster is _UNREAD:
             dims = None
-            if self.session.context.compute_capability >= (9, 0):  # no clusters before sm_90
+            if self.state.context.compute_capability >= (9, 0):  # no clusters before sm_90
                 dims = tuple(_driver.func_attribute(self.handle, "REQUIRED_CLUSTER_" + d)
                              for d in ("WIDTH", "HEIGHT", "DEPTH"))
             self._compiled_cluster = dims if dims and dims[0] else None
@@ -273,7 +284,7 @@ class Function:
         """Blocks of ``config``'s shape that run at once on the whole device (checked config)."""
         per_sm = _driver.occupancy_blocks(self.handle, config.threads_per_block,
                                           config.shared_mem_bytes, op)
-        return per_sm * self.session.context.attribute("MULTIPROCESSOR_COUNT")
+        return per_sm * self.state.context.attribute("MULTIPROCESSOR_COUNT")
 
     def active_clusters(self, config: Any, op: str) -> int:
         """Clusters of ``config``'s shape that run at once on the device (0: none fits).
@@ -284,7 +295,7 @@ class Function:
         if config.cluster_blocks > 8:
             _driver.func_set_attribute(self.handle, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1, op)
         return _driver.max_active_clusters(self.handle, config.dims, config.cluster,
-                                           self.session.stream, op)
+                                           self.state.stream, op)
 
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""
@@ -294,12 +305,12 @@ class Function:
     @property
     def attributes(self) -> KernelAttributes:
         """Registers, local, shared and constant bytes, thread limit and versions (the driver's)."""
-        self.session.check_use("function.attributes")
+        self.state.check_use("function.attributes")
         try:
             return KernelAttributes(**{field_name: _driver.func_attribute(self.handle, attr)
                                        for field_name, attr in _KERNEL_ATTRIBUTES.items()})
         except KernelFault as exc:
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
 
     def occupancy(self, block: int | tuple[int, ...], shared_mem_bytes: int = 0) -> Occupancy:
         """How many blocks of this shape and dynamic shared memory run at once on one SM.
@@ -308,10 +319,8 @@ class Function:
         the same refusals; like a launch, asking for more than 48 KiB of shared memory opts
         the kernel in to it.
         """
-        from .launch import LaunchConfig, check_against  # launch sits above this module
-
         op = "function.occupancy"
-        self.session.check_use(op)
+        self.state.check_use(op)
         try:
             config = LaunchConfig(1, block, shared_mem_bytes)
         except ValidationError as exc:
@@ -321,9 +330,9 @@ class Function:
             blocks = _driver.occupancy_blocks(self.handle, config.threads_per_block,
                                               config.shared_mem_bytes, op)
         except KernelFault as exc:
-            raise self.session.fault_seen(exc) from None
+            raise self.state.record_fault(exc) from None
         return Occupancy(blocks, config.threads_per_block,
-                         self.session.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"))
+                         self.state.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"))
 
     def __repr__(self) -> str:
         return f"Function({self.signature.declaration()})"
@@ -333,7 +342,7 @@ class Function:
 # --- loading into a session, which the session delegates to; it unloads them at its end ------
 
 
-def compile_module(s: Any, source: str | os.PathLike[str], options: Any = None,
+def compile_module(st: Any, source: str | os.PathLike[str], options: Any = None,
                    name_expressions: Any = None, arch: str | None = None) -> Module:
     """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it.
 
@@ -344,8 +353,8 @@ def compile_module(s: Any, source: str | os.PathLike[str], options: Any = None,
     architecture is refused, since its CUBIN would not load here.
     """
     op = "session.compile"
-    s.check_use(op)
-    major, minor = s.context.compute_capability
+    st.check_use(op)
+    major, minor = st.context.compute_capability
     own = f"sm_{major}{minor}"
     if arch is None:
         arch = own
@@ -355,14 +364,14 @@ def compile_module(s: Any, source: str | os.PathLike[str], options: Any = None,
     r = compile_cuda(source, arch=arch, options=options,
                      name_expressions=name_expressions,
                      _driver_version=_driver.driver_version())
-    return s.add_module(Module(s, r.image, "cubin", r.signatures, r.lowered_names, op,
+    return st.add_module(Module(st, r.image, "cubin", r.signatures, r.lowered_names, op,
                                compile_log=r.log, variables=r.variables))
 
 
-def load_ptx_module(s: Any, text: str | bytes) -> Module:
+def load_ptx_module(st: Any, text: str | bytes) -> Module:
     """Load PTX text; its ``.entry`` parameter lists become the functions' signatures."""
     op = "session.load_ptx"
-    s.check_use(op)
+    st.check_use(op)
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode()
@@ -381,18 +390,18 @@ def load_ptx_module(s: Any, text: str | bytes) -> Module:
         raise ValidationError(f"{op}: text cannot be encoded at offset {exc.start}") from None
     sigs = parse_ptx(text, op)
     image = text.encode() + b"\0"
-    return s.add_module(Module(s, image, "ptx", sigs, None, op,
+    return st.add_module(Module(st, image, "ptx", sigs, None, op,
                                variables=variables_part.ptx_variables(text)))
 
 
-def load_cubin_module(s: Any, image: bytes) -> Module:
+def load_cubin_module(st: Any, image: bytes) -> Module:
     """Load a CUBIN; parameter sizes come from the driver (cuFuncGetParamInfo).
 
     A CUBIN says only each parameter's size, so any 8-byte argument fits an 8-byte slot:
     prefer `compile` or `load_ptx` where the types should be checked.
     """
     op = "session.load_cubin"
-    s.check_use(op)
+    st.check_use(op)
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise ValidationError(f"{op}: image must be bytes, got {type(image).__name__}")
-    return s.add_module(Module(s, bytes(image), "cubin", {}, None, op))
+    return st.add_module(Module(st, bytes(image), "cubin", {}, None, op))

@@ -220,14 +220,14 @@ class NumbaParamBlock(PackedParams):
         exec("\n".join(lines), consts)
         return consts["takes_quickly"], consts["quick_pack"]
 
-    def pack(self, args: list | tuple, session: Any, op: str) -> list:
+    def pack(self, args: list | tuple, state: Any, op: str) -> list:
         """`PackedParams.pack`; new numpy scalars of their own types alone are just written."""
         if self._quick_pack(args):
             self.last_args = tuple(args)  # these scalars are now the ones packed
             return self.last_spans
         last = self._last_arrays
         last[:] = [_UNSET] * len(last)  # a refused pack may have written some places
-        spans = super().pack(args, session, op)
+        spans = super().pack(args, state, op)
         last[:] = [a for a, sp in zip(args, self.specs, strict=True) if sp[0] == _ARRAY]
         return spans
 
@@ -242,7 +242,7 @@ class NumbaParamBlock(PackedParams):
         """A new, empty block for the same kernel (for a bound launch of its own)."""
         return NumbaParamBlock(self.name, self.specs, self.sig, self.writes)
 
-    def pack_slot(self, i: int, a: Any, session: Any, op: str) -> Any:
+    def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Any:
         """Check and write argument ``i`` alone; return its span, or None for a scalar."""
         kind, t, ndim, layout, first = self.specs[i]
         off = self.offsets[first]
@@ -261,7 +261,7 @@ class NumbaParamBlock(PackedParams):
             raise ValidationError(
                 f"{op}: args[{i}] of {self.name!r} is an array ({t.name}, {ndim}-d); "
                 f"got {type(a).__name__}, expected s.tensor(x) or s.tensor_mut(x)")
-        if a.session is not session:
+        if a.state is not state:
             raise ValidationError(f"{op}: args[{i}] is a {cls.__name__} of another session")
         if a.scalar_type is not t or len(a.shape) != ndim:
             raise ValidationError(
@@ -304,10 +304,10 @@ def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:
 class _NumbaModule:
     """Holds a compiled numba kernel alive for its Functions; numba owns the loaded image."""
 
-    __slots__ = ("__weakref__", "kernel", "session")
+    __slots__ = ("__weakref__", "kernel", "state")
 
-    def __init__(self, session: Any, kernel: Any) -> None:
-        self.session = session
+    def __init__(self, state: Any, kernel: Any) -> None:
+        self.state = state
         self.kernel = kernel
 
     def unload(self) -> None:
@@ -363,11 +363,23 @@ class NumbaKernel:
     ``s.numba_kernel(f)`` returns one; ``s.launch`` takes it where it takes a Function.
     """
 
-    __slots__ = ("__weakref__", "_by_quick_key", "_last", "dispatcher", "name", "session",
-                 "specializations")
+    __slots__ = (
+        "__weakref__",
+        "_by_quick_key",
+        "_last",
+        "dispatcher",
+        "name",
+        "specializations",
+        "state",
+    )
 
-    def __init__(self, session: Any, dispatcher: Any, name: str) -> None:
-        self.session = session
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this kernel belongs to."""
+        return self.state.session
+
+    def __init__(self, state: Any, dispatcher: Any, name: str) -> None:
+        self.state = state
         self.dispatcher = dispatcher
         self.name = name
         self.specializations: dict[tuple, Any] = {}
@@ -375,7 +387,7 @@ class NumbaKernel:
         # (microseconds an argument): what a launch with new argument objects looks up.
         self._by_quick_key: dict[tuple, Any] = {}
         self._last: tuple = ((), None)
-        session.liveness.add_cache(self)
+        state.liveness.add_cache(self)
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
@@ -411,7 +423,7 @@ class NumbaKernel:
         fn = self.specializations.get(key)
         if fn is None:
             fn = self.specializations[key] = compile_for_session(
-                self.session, self.dispatcher, key, self.name, op)
+                self.state, self.dispatcher, key, self.name, op)
         quick = tuple(map(_quick_key, args))
         if None not in quick:  # each part decides its numba type: the same Function
             self._by_quick_key[quick] = fn
@@ -441,7 +453,7 @@ def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
                           f"{type(f).__name__}")
 
 
-def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Any:
+def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Any:
     """Compile ``dispatcher`` for ``sig`` (argument types or a signature string) in ``session``.
 
     A kernel that uses grid sync launches only with ``cooperative=True``. Refused: kernels
@@ -460,7 +472,7 @@ def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: 
         except Exception as exc:
             raise ValidationError(f"{op}: signature={sig!r} is not a numba signature: "
                                   f"{exc}") from None
-    with cuda.gpus[session.device]:  # numba's handle on the same primary context
+    with cuda.gpus[state.device]:  # numba's handle on the same primary context
         kern = dispatcher.compile(argtypes)
         kern.bind()
         cufunc = kern._codelibrary.get_cufunc()
@@ -471,11 +483,11 @@ def compile_for_session(session: Any, dispatcher: Any, sig: Any, name: str, op: 
     writes = written_arrays(kern._type_annotation, len(specs))
     param_block = NumbaParamBlock(name, specs, psig, writes)
     handle = _driver.kernel_function(int(cufunc.handle), op)
-    return Function(_NumbaModule(session, kern), name, handle, psig, param_block,
+    return Function(_NumbaModule(state, kern), name, handle, psig, param_block,
                     grid_sync=bool(kern.cooperative))
 
 
-def numba_kernel(s: Any, kernel: Any, signature: Any = None) -> Any:
+def numba_kernel(st: Any, kernel: Any, signature: Any = None) -> Any:
     """A numba-cuda kernel for this session, launched by `launch` like any Function.
 
     ``kernel`` is a ``@cuda.jit`` dispatcher or a plain Python function. With a numba
@@ -484,8 +496,8 @@ def numba_kernel(s: Any, kernel: Any, signature: Any = None) -> Any:
     arguments' dtypes, ndim and layout (compiled once per combination).
     """
     op = "session.numba_kernel"
-    s.check_use(op)
+    st.check_use(op)
     dispatcher, name = as_dispatcher(kernel, op)
     if signature is None:
-        return NumbaKernel(s, dispatcher, name)
-    return compile_for_session(s, dispatcher, signature, name, op)
+        return NumbaKernel(st, dispatcher, name)
+    return compile_for_session(st, dispatcher, signature, name, op)

@@ -56,20 +56,20 @@ def _color(color: Any, op: str) -> int | None:
 class Range:
     """The context manager ``s.range(name)`` returns; entered once."""
 
-    __slots__ = ("color", "entered", "name", "session")
+    __slots__ = ("color", "entered", "name", "state")
 
-    def __init__(self, session: Any, name: str, color: Any = None) -> None:
+    def __init__(self, state: Any, name: str, color: Any = None) -> None:
         op = "session.range"
         if not isinstance(name, str) or not name:
             raise ValidationError(f"{op}: name must be a non-empty str, got {name!r}")
-        self.session = session
+        self.state = state
         self.name = name
         self.color = _color(color, op)
         self.entered = False
 
     def __enter__(self) -> Range:
         op = "session.range"
-        self.session.check_use(op)
+        self.state.check_use(op)
         if self.entered:
             raise ValidationError(f"{op}: the range {self.name!r} is entered once")
         self.entered = True
@@ -87,10 +87,10 @@ class Range:
         return f"Range({self.name!r})"
 
 
-def named_range(s: Any, name: str, color: Any = None) -> Range:
+def named_range(st: Any, name: str, color: Any = None) -> Range:
     """``with s.range("step 3"):``: a range named ``name`` in the profiler (NVTX), or nothing.
 
     ``color`` is None (nvtx's default), 0xRRGGBB, or a color name nvtx knows. Needs the
     ``nvtx`` package to record anything (``pip install "tenferro[profile]"``).
     """
-    return Range(s, name, color)
+    return Range(st, name, color)

@@ -58,12 +58,12 @@ class ResourceCache:
             self._items.clear()
 
 
-def resource(s: Any, key: Any, init: Callable[[Any], Any], kind: type | None = None) -> Any:
+def resource(st: Any, key: Any, init: Callable[[Any], Any], kind: type | None = None) -> Any:
     """The value cached under ``key`` for this session, made by ``init(session)`` once.
 
     ``kind``, when given, is the type the value must have; asking for a key with another
     kind than the one it was made with is a `ValidationError`. The cache is bounded
     (least recently used entries go first) and dies with the session.
     """
-    s.check_use("session.resource")
-    return s.resources.get(key, lambda: init(s), kind, "session.resource")
+    st.check_use("session.resource")
+    return st.resources.get(key, lambda: init(st.session), kind, "session.resource")

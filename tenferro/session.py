@@ -1,114 +1,109 @@
 """`Session`: one device's primary context and one stream, in a ``with`` block, on one thread.
 
-It keeps scope, thread and fault state, `launch`, `bind` and `synchronize`; every other method
-is the function of the part that owns the operation (`tenferro.tensor`, `tenferro.module`,
-...).
+Session is the user's surface and nothing else: each method is a short delegate to the part
+that owns the work (`tenferro.memory`, `tenferro.interop.imports`, `tenferro.module`,
+`tenferro.launch`, `tenferro.graph`, ...), handed the session's `SessionState`, which holds
+what those parts share.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
-import operator
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import _driver, _liveness, events, graph, info, module, numba_kernels, resources, scope
-from . import tensor as tensor_ops
-from . import timeline as timeline_part
-from ._liveness import Liveness
+import numpy as np
+
+from . import (
+    events,
+    graph,
+    info,
+    launch,
+    memory,
+    module,
+    numba_kernels,
+    profiling,
+    resources,
+    scope,
+)
+from . import timeline as timelines
+from ._state import FENCE_BYTES, FENCE_EVERY, SessionState
 from .errors import KernelFault, RuntimeStateError, ValidationError
+from .events import Event
+from .graph import Capture, Graph
 from .interop import imports, stream_value
-from .interop.streams import StreamOrdering, open_stream
-from .launch import BoundLaunch, LaunchConfig, launch_checked, launchable
+from .launch import BoundLaunch
+from .launch_config import LaunchConfig
 from .module import Function, Module
 from .numba_kernels import NumbaKernel
-from .profiling import named_range
-from .resources import ResourceCache
+from .profiling import Range
+from .spans import DeviceBytes, TensorMut, TensorRef
+from .tensor import Tensor
+from .timeline import MAX_LAUNCHES, Timeline
 
-__all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session"]
+__all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session", "from_dlpack", "state_of"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_get_ident = threading.get_ident
-_is = operator.is_
-FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
-FENCE_BYTES = 256 << 20  # bytes allocated between fences: bounds the memory held owners pin
 
 
-def _reports_faults(part: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
-    """A Session method made of the part's ``part(session, ...)``, with the part's docstring.
-
-    A kernel fault that its driver calls report stops the session (`Session.fault_seen`).
-    """
-    @functools.wraps(part)
-    def method(self: Session, *args: P.args, **kwargs: P.kwargs) -> R:
+def _reports_faults(method: Callable[Concatenate[Session, P], R]) -> Callable[
+        Concatenate[Session, P], R]:
+    """A method whose driver calls may report a kernel fault, which then stops the session."""
+    @functools.wraps(method)
+    def reporting(self: Session, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return part(self, *args, **kwargs)
+            return method(self, *args, **kwargs)
         except KernelFault as exc:
-            raise self.fault_seen(exc) from None
+            raise self._state.record_fault(exc) from None
 
-    return method
+    return reporting
 
 
 class Session:
     """A scoped device session: ``with tf.Session(device=0) as s: ...``.
 
-    ``stream=None`` makes the session own a new blocking stream (ordered with the legacy
-    default stream, torch's); a stream handle or an object with ``__cuda_stream__`` makes it
-    work on that stream (not destroyed at the end).
-    Opening raises `RuntimeStateError` with no driver or GPU. Every method refuses use from
-    another thread and after the block; leaving the block synchronizes, even when it raised.
+    Opening binds the device's primary context and a stream to this thread; every method
+    refuses use from another thread and after the block, and everything the session hands out
+    (spans, modules, functions, bound launches, graphs) dies with it. Leaving the block
+    synchronizes the stream, even when the block raised.
+
+    Args:
+        device: The CUDA device ordinal.
+        stream: None for a new blocking stream the session owns (ordered with the legacy
+            default stream, torch's), or a stream handle or an object with
+            ``__cuda_stream__`` to work on (not destroyed at the end).
+
+    Attributes:
+        device: The device ordinal.
+        context: The device's primary context while open (``compute_capability``,
+            ``attribute(name)``); None before the block.
+
+    Raises:
+        ValidationError: ``device`` or ``stream`` is not a valid value.
+        RuntimeStateError: On entering, with no driver or GPU.
     """
 
     def __init__(self, device: int = 0, stream: Any = None) -> None:
         if not isinstance(device, int) or isinstance(device, bool) or device < 0:
             raise ValidationError(f"Session: {device=} must be an int >= 0")
+        handle = stream_value(stream, "stream", "Session", objects=True, handle=True)
         self.device = device
-        self._external_stream = stream_value(stream, "stream", "Session", objects=True, handle=True)
-        self._stream_owner = stream  # an object with __cuda_stream__ keeps its stream alive
-        self._open = False
-        self.stream = 0  # the stream's handle while open (stream_handle checks use first)
-        self.thread: int | None = None
-        self._modules: list[Module] = []
-        self.liveness = Liveness(0, FENCE_EVERY, FENCE_BYTES)  # its stream is set on entry
-        self.recent_launches: collections.deque[str] = collections.deque(maxlen=8)
-        self.launch_count = 0  # kernels and graph replays enqueued (not captured), for repr(s)
-        self.faulted = False
-        self.fast_path_ok = False  # open, not faulted, not capturing: the launch fast path may run
-        self.resources = ResourceCache()
-        self.ordering = StreamOrdering(0, 0, frozenset())  # producers to wait for; set on entry
-        self.active_timeline: timeline_part.Timeline | None = None  # inside s.timeline() only
-
-    # --- scope ---------------------------------------------------------------------------
+        self.context: Any = None
+        self._state = SessionState(self, device, handle, stream)
 
     def __enter__(self) -> Session:
-        if self._open or self.thread is not None:
-            raise RuntimeStateError("session.__enter__: a Session is entered once")
-        self.context = _driver.PrimaryContext.get(self.device, "session")
-        self._prev_ctx = self.context.make_current()
-        try:
-            self.stream, in_order = open_stream(self._external_stream, self.context, "Session")
-            self.import_event = _driver.event_create()
-            self.export_event = _driver.event_create()  # used under interop.dlpack_export's lock
-        except BaseException:
-            if self._external_stream is None and self.stream:
-                _driver.stream_destroy(self.stream)
-            _driver.set_current(self._prev_ctx)
-            raise
-        self.liveness.stream = self.stream
-        self.ordering = StreamOrdering(self.stream, self.import_event, in_order)
-        self.launcher = _driver.launcher()
-        self.thread = threading.get_ident()
-        self._open = True
-        self.fast_path_ok = True
+        self._state.open()
+        self.context = self._state.context
         scope.entered(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        st = self._state
         try:
-            if not self.faulted:  # a faulted stream reports the same fault again; once is enough
+            if not st.faulted:  # a faulted stream reports the same fault again; once is enough
                 self.synchronize()
         except Exception as sync_exc:
             if exc is None:
@@ -116,184 +111,239 @@ class Session:
             exc.add_note(f"tenferro: synchronizing at the end of the session also failed: "
                          f"{sync_exc}")
         finally:
-            self._close()
+            scope.left(self)
+            st.close()
 
-    def _close(self) -> None:
-        self._open = False
-        scope.left(self)
-        self.fast_path_ok = False
-        self.liveness.close()
-        self._stream_owner = None
-        self.resources.clear()
-        for release in (functools.partial(_driver.event_destroy, self.import_event),
-                        functools.partial(_driver.event_destroy, self.export_event),
-                        *(m.unload for m in self._modules)):
-            try:
-                release()
-            except Exception:  # what is left to release is released all the same
-                pass
-        self._modules.clear()
-        try:
-            if self._external_stream is None:
-                _driver.stream_destroy(self.stream)
-            # What the session freed goes back to the device; Tensors still held stay.
-            self.context.trim_pool(0, "session.__exit__")
-        except Exception:  # a context poisoned by a fault refuses; the process must restart
-            if not self.faulted:
-                raise
-        finally:
-            _driver.set_current(self._prev_ctx)
+    @classmethod
+    def open(cls, device: int = 0, stream: Any = None) -> Session:
+        """Open a session now, kept open until `close` or the interpreter's exit (notebooks).
 
-    open = classmethod(scope.open_session)  # kept open across cells, until close()
-    close = scope.close_session
+        The session is the one a ``with`` block opens. Opening again on the same device from
+        the same thread first closes the earlier one, whose handles then refuse use.
+        """
+        key: Hashable = (threading.get_ident(), device)
+        earlier = scope.kept(key)
+        if earlier is not None:
+            earlier.close()
+        s = cls(device, stream)
+        s.__enter__()
+        scope.keep_open(s, key)
+        return s
+
+    def close(self) -> None:
+        """Synchronize and close, as leaving the ``with`` block does; a closed one stays so.
+
+        Raises:
+            RuntimeStateError: From another thread than the one that opened it.
+        """
+        st = self._state
+        if not st.is_open:
+            return
+        if threading.get_ident() != st.thread:
+            raise RuntimeStateError("session.close: the session belongs to the thread that "
+                                    "opened it; close it there")
+        self.__exit__(None, None, None)
 
     @property
     def is_open(self) -> bool:
         """True inside the ``with`` block (or between `open` and `close`)."""
-        return self._open
+        return self._state.is_open
 
     @property
-    def stream_handle(self) -> int:
-        """The session's stream as an int handle (to give another library)."""
-        self.check_use("session.stream_handle")
-        return self.stream
+    def stream(self) -> int:
+        """The session's stream as an int handle, to give another library."""
+        self._state.check_use("session.stream")
+        return self._state.stream
 
-    def refuse_in_capture(self, op: str, why: str) -> None:
-        """Raise `RuntimeStateError` naming ``op`` and ``why`` while a capture runs."""
-        if self.liveness.capturing:
-            raise RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
+    # --- spans and memory ---------------------------------------------------------------
 
-    def check_use(self, op: str, *, faulted_ok: bool = False) -> None:
-        """Refuse use (naming ``op``) when closed, from another thread, or after a fault."""
-        if not self._open:
-            raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
-        if threading.get_ident() != self.thread:
-            raise RuntimeStateError(f"{op}: the session belongs to the thread that opened it; "
-                                    "open a Session on this thread instead")
-        if self.faulted and not faulted_ok:
-            raise KernelFault(f"{op}: an earlier kernel fault made this session unusable",
-                              launches=tuple(self.recent_launches))
+    def tensor(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorRef:
+        """A read-only span over a Tensor, a span, or a CAI / DLPack device array.
 
-    def refresh_fast_path(self) -> None:
-        """Let `launch` take its fast path only while open, not faulted, capturing or timing."""
-        self.fast_path_ok = self._open and not self.faulted and not self.liveness.capturing \
-            and self.active_timeline is None
-
-    def fault_seen(self, exc: KernelFault) -> KernelFault:
-        """Record a kernel fault that a driver call of this session reported; what to raise.
-
-        A fault is sticky in the context: whichever call sees it first stops the session, the
-        exception returned names the last launches, every later use is refused, and leaving
-        the ``with`` block does not raise it again.
+        ``dtype`` is the dtype ``x`` must have; ``allow_strided`` admits non-compact strides.
         """
-        if self.faulted:  # already reported; this is a refusal of the dead session
-            return exc
-        self.faulted = True
-        self.fast_path_ok = False
-        last = tuple(self.recent_launches)
-        return KernelFault(f"{exc}; last launches: {list(last)}", exc.result_name,
-                           exc.result_code, last)
+        return imports.tensor(self._state, x, dtype, allow_strided=allow_strided)
 
-    # --- what the parts own: one line each (the part's function, called with the session) ---
+    def tensor_mut(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
+        """An exclusive, writable span; refuses producers that marked their array read-only."""
+        return imports.tensor_mut(self._state, x, dtype, allow_strided=allow_strided)
 
-    retain = _reports_faults(_liveness.retain)
-    memory_stats = _reports_faults(tensor_ops.memory_stats)
-    trim_memory = _reports_faults(tensor_ops.trim_memory)
-    alloc_output = _reports_faults(tensor_ops.alloc_output)
-    alloc_zeros = _reports_faults(tensor_ops.alloc_zeros)
-    alloc_bytes = _reports_faults(tensor_ops.alloc_bytes)
-    upload = _reports_faults(tensor_ops.upload)
-    download = _reports_faults(tensor_ops.download)
-    copy = _reports_faults(tensor_ops.copy)
-    memset = _reports_faults(tensor_ops.memset)
-    copy_peer = _reports_faults(tensor_ops.copy_peer)
-    tensor = imports.tensor  # a span's import reports its own faults: no wrapper on this path
-    tensor_mut = imports.tensor_mut
-    from_dlpack = imports.from_dlpack
-    readonly = imports.readonly
-    compile = _reports_faults(module.compile_module)
-    load_ptx = _reports_faults(module.load_ptx_module)
-    load_cubin = _reports_faults(module.load_cubin_module)
-    numba_kernel = _reports_faults(numba_kernels.numba_kernel)
-    record_event = _reports_faults(events.record_event)
-    wait = _reports_faults(events.wait_event)
-    resource = _reports_faults(resources.resource)
-    capture = graph.capture
-    timeline = timeline_part.timeline
-    range = named_range
-    __repr__ = info.session_repr
-    _repr_html_ = info.session_html
+    @_reports_faults
+    def alloc_output(self, shape: int | tuple[int, ...], dtype: Any) -> Tensor:
+        """An uninitialised Tensor, for a kernel to write every element of."""
+        return memory.alloc_output(self._state, shape, dtype)
 
-    def add_module(self, module: Module) -> Module:
-        """Keep ``module`` loaded until the session ends (the loaders in `module` call this)."""
-        self._modules.append(module)
-        return module
+    @_reports_faults
+    def alloc_zeros(self, shape: int | tuple[int, ...], dtype: Any) -> Tensor:
+        """A zero-filled Tensor."""
+        return memory.alloc_zeros(self._state, shape, dtype)
 
-    # --- launches and the barrier ----------------------------------------------------------
+    @_reports_faults
+    def alloc_bytes(self, nbytes: int) -> DeviceBytes:
+        """An untyped, exclusive device workspace of ``nbytes`` bytes."""
+        return memory.alloc_bytes(self._state, nbytes)
+
+    @_reports_faults
+    def upload(self, array: np.ndarray) -> Tensor:
+        """Copy a host array into a new Tensor of the same dtype and shape (stream-ordered)."""
+        return memory.upload(self._state, array)
+
+    @_reports_faults
+    def download(self, x: Any) -> np.ndarray:
+        """Copy a Tensor, span or device array to a new numpy array; waits for the stream."""
+        return memory.download(self._state, x)
+
+    @_reports_faults
+    def copy(self, dst: Any, src: Any) -> None:
+        """Copy ``src`` into ``dst`` on the stream (device to device, same sizes and dtypes)."""
+        memory.copy(self._state, dst, src)
+
+    @_reports_faults
+    def memset(self, dst: Any, value: int = 0) -> None:
+        """Set every byte of ``dst`` to ``value`` (0 to 255) on the stream."""
+        memory.memset(self._state, dst, value)
+
+    @_reports_faults
+    def copy_peer(self, dst: Any, src: Any) -> None:
+        """Copy ``src``, memory of another session (any device), into ``dst`` of this one."""
+        memory.copy_peer(self._state, dst, src)
+
+    @_reports_faults
+    def memory_stats(self) -> dict[str, int]:
+        """Bytes of tenferro's memory pool on this device, reserved and used, and their peaks."""
+        return memory.memory_stats(self._state)
+
+    @_reports_faults
+    def trim_memory(self, keep_bytes: int = 0) -> None:
+        """Give the device back what the pool holds unused, keeping at least ``keep_bytes``."""
+        memory.trim_memory(self._state, keep_bytes)
+
+    def retain(self, obj: Any) -> Any:
+        """Keep ``obj`` alive until the session closes; returns it."""
+        self._state.check_use("session.retain")
+        self._state.liveness.retain(obj)
+        return obj
+
+    # --- kernels and launches -----------------------------------------------------------
+
+    @_reports_faults
+    def compile(self, source: str | os.PathLike[str], options: Any = None,
+                name_expressions: Any = None, arch: str | None = None) -> Module:
+        """Compile CUDA C (a string or a file's path) with NVRTC and load it (disk-cached)."""
+        return module.compile_module(self._state, source, options, name_expressions, arch)
+
+    @_reports_faults
+    def load_ptx(self, text: str | bytes) -> Module:
+        """Load a PTX module; its kernels' parameters come from their ``.entry`` lines."""
+        return module.load_ptx_module(self._state, text)
+
+    @_reports_faults
+    def load_cubin(self, image: bytes) -> Module:
+        """Load a CUBIN image; its kernels' parameters come from the driver (sizes only)."""
+        return module.load_cubin_module(self._state, image)
+
+    @_reports_faults
+    def numba_kernel(self, kernel: Any, signature: Any = None) -> NumbaKernel:
+        """A ``@cuda.jit`` kernel (or a plain function) compiled for this session's device."""
+        return numba_kernels.numba_kernel(self._state, kernel, signature)
 
     def launch(self, fn: Function | NumbaKernel, config: LaunchConfig,
                args: list | tuple) -> None:
-        """Check and enqueue one launch on the session's stream; only enqueues.
+        """Check every argument against the kernel's parameters and enqueue; only enqueues.
 
-        Every check of the design runs, but nothing is checked twice: a Function remembers its
-        last config, and arguments that are the very objects of its previous launch are
-        already checked and packed (and held until replaced, then until the stream passes).
+        Raises:
+            ValidationError: An argument, the config or the function is refused (named).
+            KernelFault: An earlier kernel's fault, which stops the session.
         """
-        try:
-            if fn.__class__ is NumbaKernel and fn.session is self:  # its Function, if compiled
-                fn = fn.known_function(args) or fn
-            if fn.__class__ is not Function or fn.session is not self or \
-                    config is not fn.last_config or not self.fast_path_ok or \
-                    _get_ident() != self.thread:
-                launch_checked(self, fn, config, args)
-                return
-            param_block = fn.param_block
-            prev = param_block.last_args  # empty after a synchronize: all is checked again
-            if not prev or len(args) != len(prev) or not all(map(_is, args, prev)):
-                if not isinstance(args, (list, tuple)):
-                    raise TypeError  # named below, with the refusal of len() of a non-sequence
-                replaced = param_block.last_spans
-                param_block.pack_new(args, self, "session.launch")
-                # The previous launch may still be running: hold what it used, unless the
-                # block kept those very spans (new scalars alone), which it still references.
-                if replaced and replaced is not param_block.last_spans:
-                    self.liveness.hold(replaced)
-            if self.ordering.pending:  # spans of producers on other streams were made
-                self.ordering.flush("session.launch")
-            err = self.launcher(fn.record_address)
-            if err:
-                _driver.raise_launch_error(err, "session.launch")
-            self.recent_launches.append(fn.name)
-            self.launch_count += 1
-        except KernelFault as exc:  # no cost unless raised: a fence query or the launch saw it
-            raise self.fault_seen(exc) from None
-        except TypeError:  # no cost unless raised: args that are not a list or tuple
-            if not isinstance(args, (list, tuple)):
-                raise ValidationError(f"session.launch: args must be a list or tuple of kernel "
-                                      f"arguments, got {type(args).__name__}") from None
-            raise
+        launch.launch(self._state, fn, config, args)
 
     @_reports_faults
     def bind(self, fn: Function | NumbaKernel, config: LaunchConfig,
              args: list | tuple) -> BoundLaunch:
-        """Check and pack a launch once; calling the result enqueues it with no further work.
-
-        Every refusal of `launch` happens here instead. A NumbaKernel is specialized on
-        ``args`` now.
-        """
-        op = "session.bind"
-        fn = launchable(self, fn, config, args, op)
-        return BoundLaunch(self, fn, config, args, op)
+        """Check and pack a launch once; calling the result enqueues it with no further work."""
+        return launch.bind(self._state, fn, config, args)
 
     def synchronize(self) -> None:
         """Wait for the stream; a kernel fault raises `KernelFault` and ends the session's use."""
-        op = "session.synchronize"
-        self.check_use(op, faulted_ok=True)  # a faulted stream reports its fault again
-        self.refuse_in_capture(op, "a capturing stream cannot be waited for")
-        try:
-            _driver.stream_synchronize(self.stream, op)
-        except KernelFault as exc:
-            raise self.fault_seen(exc) from None
-        self.liveness.release_all()
-        self.launcher = _driver.launcher()  # the @njit one, once it is built
+        self._state.synchronize("session.synchronize")
+
+    def capture(self, update: Graph | None = None) -> Capture:
+        """``with s.capture() as cap:``: capture the block's work into ``cap.graph``.
+
+        With ``update=graph``, the same work with other arguments updates that graph in place.
+        """
+        return graph.capture(self._state, update)
+
+    # --- events, timing, caches -----------------------------------------------------------
+
+    @_reports_faults
+    def record_event(self, timing: bool = True) -> Event:
+        """Record an event at the current tail of the session's stream."""
+        return events.record_event(self._state, timing)
+
+    @_reports_faults
+    def wait(self, event: Event) -> None:
+        """Order later work on this session's stream after ``event`` (no host block)."""
+        events.wait_event(self._state, event)
+
+    def timeline(self, max_launches: int = MAX_LAUNCHES) -> Timeline:
+        """``with s.timeline() as t:``: time each launch of the block on the GPU."""
+        return timelines.timeline(self._state, max_launches)
+
+    def range(self, name: str, color: Any = None) -> Range:
+        """``with s.range("step 3"):``: a range named ``name`` in the profiler (NVTX)."""
+        return profiling.named_range(self._state, name, color)
+
+    @_reports_faults
+    def resource(self, key: Hashable, init: Callable[[Session], Any],
+                 kind: type | None = None) -> Any:
+        """The value cached under ``key`` for this session, made by ``init(session)`` once."""
+        return resources.resource(self._state, key, init, kind)
+
+    def __repr__(self) -> str:
+        return info.session_repr(getattr(self, "_state", None))  # None: __init__ refused
+
+    def _repr_html_(self) -> str:
+        return info.session_html(getattr(self, "_state", None))
+
+
+def state_of(session: Session) -> SessionState:
+    """The state behind ``session``, for tenferro's own layers above it (ready kernels, torch).
+
+    Users never need it: everything a user calls is a method of the Session.
+    """
+    return session._state
+
+
+def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,
+                dtype: Any = None, allow_strided: bool = False) -> TensorRef | TensorMut:
+    """A span over ``x`` taken through DLPack, even where ``x`` also has a CAI.
+
+    Args:
+        x: An object with ``__dlpack__`` (asked with the session's stream) or an unused DLPack
+            capsule (consumed as it is: its producer must have finished writing it).
+        session: The session to import into; by default this thread's innermost open one.
+        writable: True for a `TensorMut` (a capsule flagged READ_ONLY is refused).
+        dtype: The dtype ``x`` must have, or None.
+        allow_strided: Admit non-compact strides.
+
+    Returns:
+        A `TensorRef`, or a `TensorMut` with ``writable``.
+
+    Raises:
+        RuntimeStateError: No session is given and none is open on this thread.
+        ValidationError: ``x`` is refused as a span (named), or ``session`` is no Session.
+    """
+    op = "tenferro.from_dlpack"
+    if session is None:
+        session = scope.innermost()
+        if session is None:
+            raise RuntimeStateError(f"{op}: no tf.Session is open on this thread; call it inside "
+                                    "`with tf.Session(...)` or pass session=")
+    elif not isinstance(session, Session):
+        raise ValidationError(f"{op}: session must be a tf.Session, got "
+                              f"{type(session).__name__}")
+    return imports.from_dlpack(session._state, x, writable=writable, dtype=dtype,
+                               allow_strided=allow_strided)
+
 

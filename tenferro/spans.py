@@ -61,14 +61,19 @@ class Span(Shaped):
         "producer_readonly",
         "ptr",
         "scalar_type",
-        "session",
         "shape",
+        "state",
         "strides",
     )
+
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this span belongs to."""
+        return self.state.session
     writable = False
 
     def __init__(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 scalar_type: ScalarType, device: int, owner: Any, session: Any,
+                 scalar_type: ScalarType, device: int, owner: Any, state: Any,
                  producer_readonly: bool = False) -> None:
         self.ptr = ptr
         self.producer_readonly = producer_readonly
@@ -77,7 +82,7 @@ class Span(Shaped):
         self.scalar_type = scalar_type
         self.device = device
         self.owner = owner
-        self.session = session
+        self.state = state
         n = 1
         for d in shape:
             n *= d
@@ -98,7 +103,7 @@ class Span(Shaped):
     @classmethod
     def compact(cls, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
                 scalar_type: ScalarType, nbytes: int, device: int, owner: Any,
-                session: Any) -> Span:
+                state: Any) -> Span:
         """A span over ``nbytes`` of C-contiguous memory (a Tensor's): no extent to compute."""
         self = object.__new__(cls)  # made here: its own state
         self.ptr = ptr
@@ -108,7 +113,7 @@ class Span(Shaped):
         self.scalar_type = scalar_type
         self.device = device
         self.owner = owner
-        self.session = session
+        self.state = state
         self.nbytes = nbytes
         self._contiguous = True
         self.lo = ptr

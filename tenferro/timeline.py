@@ -39,41 +39,39 @@ class TimedLaunch:
 class Timeline:
     """The context manager ``s.timeline()`` returns; see the module's docstring."""
 
-    def __init__(self, session: Any, max_launches: int = MAX_LAUNCHES) -> None:
+    def __init__(self, state: Any, max_launches: int = MAX_LAUNCHES) -> None:
         if not isinstance(max_launches, int) or isinstance(max_launches, bool) or \
                 max_launches < 1:
             raise ValidationError(f"session.timeline: {max_launches=} must be an int >= 1")
-        self.session = session
+        self.state = state
         self.max_launches = max_launches
         self.launches: list[TimedLaunch] = []
         self.untimed = 0  # launches past max_launches, enqueued but not timed
         self._pending: list[tuple[int, int, str, Any]] = []  # (start, end, kernel, config)
         self._start = 0  # the start event of the launch being enqueued
-        self._state = "new"
+        self._phase = "new"
 
     def __enter__(self) -> Timeline:
-        s = self.session
+        st = self.state
         op = "session.timeline"
-        s.check_use(op)
-        s.refuse_in_capture(op, "timing events are not captured")
-        if self._state != "new":
+        st.check_use(op)
+        st.refuse_in_capture(op, "timing events are not captured")
+        if self._phase != "new":
             raise RuntimeStateError(f"{op}: a timeline is entered once")
-        if s.active_timeline is not None:
+        if st.active_timeline is not None:
             raise RuntimeStateError(f"{op}: a timeline is already open on this session")
-        self._state = "open"
-        s.active_timeline = self
-        s.refresh_fast_path()  # every launch takes the checked path, which times it
+        self._phase = "open"
+        st.set_timeline(self)  # every launch takes the checked path, which times it
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        s = self.session
-        s.active_timeline = None
-        s.refresh_fast_path()
-        self._state = "closed"
+        st = self.state
+        st.set_timeline(None)
+        self._phase = "closed"
         pending, self._pending = self._pending, []
         try:
-            if exc is None and pending and not s.faulted:  # a fault was reported once already
-                s.synchronize()  # the events are read once the stream has passed them
+            if exc is None and pending and not st.faulted:  # a fault was reported once already
+                st.synchronize("session.synchronize")  # events are read once passed
                 self.launches = [
                     TimedLaunch(display_name(kernel), *_config_fields(config),
                                 _driver.event_elapsed_ms(start, end, "session.timeline") * 1e3)
@@ -100,7 +98,7 @@ class Timeline:
             return
         if not self._start:
             self._start = _driver.event_create(True)
-        _driver.event_record(self._start, self.session.stream, op)
+        _driver.event_record(self._start, self.state.stream, op)
 
     def after_launch(self, kernel: str, config: Any, op: str) -> None:
         """Record the end event of the launch just enqueued (``config`` None for a graph)."""
@@ -109,7 +107,7 @@ class Timeline:
             return
         end = _driver.event_create(True)
         try:
-            _driver.event_record(end, self.session.stream, op)
+            _driver.event_record(end, self.state.stream, op)
         except BaseException:
             _driver.event_destroy(end)
             raise
@@ -131,7 +129,7 @@ class Timeline:
         return out
 
     def _note(self) -> str:
-        if self._state != "closed":
+        if self._phase != "closed":
             return "the figures come when the block ends"
         note = f"{len(self.launches)} launch(es), {self.total_microseconds:.1f} µs"
         if self.untimed:
@@ -174,7 +172,7 @@ def _shared(n: int | None) -> str:
     return "-" if n is None else f"{n} B"
 
 
-def timeline(s: Any, max_launches: int = MAX_LAUNCHES) -> Timeline:
+def timeline(st: Any, max_launches: int = MAX_LAUNCHES) -> Timeline:
     """``with s.timeline() as t:``: time each launch of the block on the GPU; then ``t``.
 
     Leaving the block waits for the stream (it is a barrier, as ``s.synchronize()`` is) and
@@ -182,4 +180,4 @@ def timeline(s: Any, max_launches: int = MAX_LAUNCHES) -> Timeline:
     a table with a bar plot. Launches past ``max_launches`` run untimed and are counted in
     ``t.untimed``. Refused during a capture, and a capture is refused inside a timeline.
     """
-    return Timeline(s, max_launches)
+    return Timeline(st, max_launches)

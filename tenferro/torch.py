@@ -41,6 +41,7 @@ from . import Session, _driver, scope  # Session as the package gives it, as jup
 from .errors import ValidationError
 from .graph import captured_elsewhere
 from .interop.producers import torch_current_stream
+from .session import state_of
 
 __all__ = ["close_sessions", "op", "session_for"]
 
@@ -86,11 +87,12 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     s = session_for(_device_of(args, kwargs))
     args = tuple(map(_plain, args))
     kwargs = {k: _plain(v) for k, v in kwargs.items()}
-    if _driver.stream_is_capturing(s.stream, "tenferro.torch.op"):
-        with captured_elsewhere(s):
+    st = state_of(s)
+    if _driver.stream_is_capturing(st.stream, "tenferro.torch.op"):
+        with captured_elsewhere(st):
             return fn(s, *args, **kwargs)
-    if s.liveness.deferred_frees:  # Tensors dropped while torch captured: the stream records
-        s.liveness.free_deferred()
+    if st.liveness.deferred_frees:  # Tensors dropped while torch captured: the stream records
+        st.liveness.free_deferred()
     return fn(s, *args, **kwargs)
 
 

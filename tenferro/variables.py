@@ -214,8 +214,8 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
     ``__constant__`` variable is written by copies and read by kernels by its name.
     """
     op = "module.variable"
-    s = module.session
-    s.check_use(op)
+    st = module.state
+    st.check_use(op)
     if not isinstance(name, str):
         raise ValidationError(f"{op}: name must be a str, got {type(name).__name__}")
     want = None if dtype is None else dtypes.as_scalar_type(dtype, op)
@@ -224,7 +224,7 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
     try:
         ptr, nbytes = _driver.module_get_global(module.handle, entry, op)
     except KernelFault as exc:  # the first call to see an earlier launch's fault
-        raise s.fault_seen(exc) from None
+        raise st.record_fault(exc) from None
     except BackendError as exc:
         if exc.result_name != "CUDA_ERROR_NOT_FOUND":
             raise
@@ -240,9 +240,9 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
             raise BackendError(f"{op}: the driver gives {name!r} {nbytes} bytes; its "
                                f"declaration {declared.declaration()} has {declared.nbytes}")
         return TensorMut(ptr, declared.shape, c_strides(declared.shape, t.itemsize), t,
-                         s.device, module, s)
+                         st.device, module, st)
     if want is None:
-        return DeviceBytes(ptr, (nbytes,), (1,), dtypes.by_name("u8"), s.device, module, s)
+        return DeviceBytes(ptr, (nbytes,), (1,), dtypes.by_name("u8"), st.device, module, st)
     t = want
     if nbytes % t.itemsize:
         raise ValidationError(f"{op}: {name!r} has {nbytes} bytes, not a whole number of "
@@ -250,4 +250,4 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
     if ptr % t.itemsize:
         raise ValidationError(f"{op}: {name!r} is not aligned to {t.itemsize} bytes, as "
                               f"{t.name} elements must be")
-    return TensorMut(ptr, (nbytes // t.itemsize,), (t.itemsize,), t, s.device, module, s)
+    return TensorMut(ptr, (nbytes // t.itemsize,), (t.itemsize,), t, st.device, module, st)

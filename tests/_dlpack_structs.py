@@ -53,6 +53,6 @@ class DLManagedTensorVersioned(ctypes.Structure):
 
 
 # The package reads and writes the same layouts with struct formats: they must agree.
-assert dlpack._TENSOR.size == ctypes.sizeof(DLTensor)
-assert dlpack._VERSIONED_HEAD.size == DLManagedTensorVersioned.dl_tensor.offset
-assert dlpack._TENSOR.size + dlpack._LEGACY_TAIL.size == ctypes.sizeof(DLManagedTensor)
+assert dlpack.DLTENSOR.size == ctypes.sizeof(DLTensor)
+assert dlpack.VERSIONED_HEAD.size == DLManagedTensorVersioned.dl_tensor.offset
+assert dlpack.DLTENSOR.size + dlpack.LEGACY_TAIL.size == ctypes.sizeof(DLManagedTensor)

@@ -458,7 +458,7 @@ def _fitting(p, pool):
     from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT
 
     spans = [a for a in pool if isinstance(a, tf.TensorRef | tf.TensorMut | tf.DeviceBytes)
-             and a.session is _OURS]
+             and a.state is _OURS]
     if p.kind in (PTR, PTR_OR_INT) or (p.kind == OPAQUE and p.size == 8):
         return spans
     if p.kind == FLOAT:

@@ -42,14 +42,14 @@ def test_both_ways_of_waiting_for_a_stream_work_and_report_the_driver_result(ses
     ev = _driver.event_create()
     try:
         for wait in waits:
-            assert wait(session.stream_handle, 1, ev) == 0
-            err = wait(session.stream_handle, 1, 0)  # a NULL event: the driver refuses it
+            assert wait(session.stream, 1, ev) == 0
+            err = wait(session.stream, 1, 0)  # a NULL event: the driver refuses it
             assert _driver.result_name(err).startswith("CUDA_ERROR_INVALID")
     finally:
         _driver.event_destroy(ev)
     with pytest.raises(tf.BackendError, match=r"^session\.test: the driver returned "
                                               r"CUDA_ERROR_INVALID"):
-        _driver.wait_for_stream(session.stream_handle, 1, 0, "session.test")
+        _driver.wait_for_stream(session.stream, 1, 0, "session.test")
     assert np.isfinite(session.download(session.upload(np.ones(3)))).all()  # still usable
 
 

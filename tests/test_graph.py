@@ -12,6 +12,7 @@ from _sources import raw_and_numba_axpy as _kernels
 
 import tenferro as tf
 from tenferro._liveness import Liveness
+from tenferro.session import state_of
 
 
 @pytest.mark.gpu
@@ -143,8 +144,8 @@ def test_tensor_dropped_during_capture_is_freed_after_it(session, rng):
         session.launch(axpy, tf.LaunchConfig.flat(16),
                        [session.tensor_mut(y), session.tensor(x), 1.0, 16])
         del scratch  # must not become a free node of the graph
-        assert len(session.liveness.deferred_frees) == 1
-    assert session.liveness.deferred_frees == []
+        assert len(state_of(session).liveness.deferred_frees) == 1
+    assert state_of(session).liveness.deferred_frees == []
     assert cap.graph.node_count == 1
     cap.graph.launch()
     cap.graph.launch()
@@ -229,7 +230,7 @@ def test_a_graph_is_made_on_its_sessions_stream_and_destroyed_once_when_dropped(
         stand_in_graph):
     from tenferro import graph as graph_part
 
-    session, destroyed = stand_in_graph[0].session, stand_in_graph[1]
+    session, destroyed = stand_in_graph[0].state, stand_in_graph[1]
     g = graph_part.Graph(session, 0x30, 1, ["owners"])
     its_exec = g._exec
     assert (its_exec.graph, its_exec.stream, its_exec.op) == (0x30, 0x5, "session.capture")
@@ -243,7 +244,7 @@ def test_a_graph_dropped_during_a_capture_is_destroyed_after_it(stand_in_graph):
     # loop of `with s.capture() as cap:` drops the last graph just after the next one began.
     from tenferro import graph as graph_part
 
-    session, destroyed = stand_in_graph[0].session, stand_in_graph[1]
+    session, destroyed = stand_in_graph[0].state, stand_in_graph[1]
     live = session.liveness
     g = graph_part.Graph(session, 0x30, 1, ["owners"])
     its_exec = g._exec
@@ -297,7 +298,7 @@ def test_a_graph_whose_executable_was_refused_leaves_its_handle_to_the_capture(
         stand_in_graph):
     from tenferro import graph as graph_part
 
-    session, destroyed = stand_in_graph[0].session, stand_in_graph[1]
+    session, destroyed = stand_in_graph[0].state, stand_in_graph[1]
     _Exec.fail = True
     with pytest.raises(tf.BackendError, match=r"^session\.capture: the driver returned CUDA_"):
         graph_part.Graph(session, 0x30, 1, ["owners"])
@@ -314,7 +315,7 @@ def test_an_update_takes_the_new_captures_owners_and_holds_the_old(stand_in_grap
     g.take_update(0x20, 2, ["new owners"], "session.capture")
     assert first_exec.updates == [(0x20, "session.capture")] and g._exec is first_exec
     assert g.owners == ["new owners"] and g.node_count == 2 and g._graph == 0x20
-    assert g.session.liveness.held == [old_owners]  # replays in flight still use them
+    assert g.state.liveness.held == [old_owners]  # replays in flight still use them
     assert destroyed == [0x10]  # the old graph; the executable one lives on, updated
 
 
@@ -328,7 +329,7 @@ def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
                                                  r"EXEC_UPDATE_FAILURE\)"):
         g.take_update(0x20, 2, ["new owners"], "session.capture")  # same count, other kernels
     assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
-    assert destroyed == [0x20] and g.session.liveness.held == []
+    assert destroyed == [0x20] and g.state.liveness.held == []
     # A part-updated executable graph is not kept: a new one is made from the old graph.
     assert first_exec.destroyed and g._exec is _Exec.made[-1] and g._exec.graph == 0x10
     assert (g._exec.stream, g._exec.op) == (0x5, "session.capture")  # on the session's stream
@@ -344,7 +345,7 @@ def test_a_graph_whose_executable_cannot_be_made_again_after_a_refused_update(st
                                               r"CUDA_ERROR_OUT_OF_MEMORY"):
         g.take_update(0x20, 2, ["new owners"], "session.capture")
     assert first_exec.destroyed == 1 and g._exec is None and destroyed == [0x20]
-    session = g.session
+    session = g.state
     with pytest.raises(tf.RuntimeStateError, match=r"^graph\.launch: the graph cannot replay: "
                                                    r"making its executable graph again after "
                                                    r"a refused update failed"):
@@ -364,7 +365,7 @@ def test_an_update_of_another_node_count_is_refused_before_the_driver(stand_in_g
         g.take_update(0x20, count, ["new owners"], "session.capture")
     assert first_exec.updates == [] and not first_exec.destroyed and g._exec is first_exec
     assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
-    assert destroyed == [0x20] and g.session.liveness.held == []
+    assert destroyed == [0x20] and g.state.liveness.held == []
 
 
 @pytest.mark.parametrize("bad", [5, "graph", object()])
@@ -379,7 +380,7 @@ def test_update_refuses_a_graph_of_another_session(stand_in_graph):
     with pytest.raises(tf.ValidationError, match=r"update must be a Graph of this session, got "
                                                  r"Graph"):
         tf.graph.capture(object(), update=g)
-    cap = tf.graph.capture(g.session, update=g)
+    cap = tf.graph.capture(g.state, update=g)
     assert cap.update is g and cap.graph is None  # until its block ends
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from tenferro import _driver, info
 from tenferro.errors import RuntimeStateError
+from tenferro.session import state_of
 
 
 @pytest.fixture
@@ -138,29 +139,21 @@ def _driver_fault():
 def _session(open_=True, faulted=False, entered=True, stats=None, launches=()):
     """A tf.Session object in a given state, made without a device."""
     import tenferro as tf
+    from tenferro.session import state_of
 
     s = tf.Session(device=1)
-    s.recent_launches.extend(launches)
-    s.launch_count = {2: 12}.get(len(launches), len(launches))  # more than the last few kept
-    s.faulted = faulted
+    st = state_of(s)
+    st.recent_launches.extend(launches)
+    st.launch_count = {2: 12}.get(len(launches), len(launches))  # more than the last few kept
+    st.faulted = faulted
     if entered:
-        s.thread = 1
+        st.thread = 1
     if open_:
-        s.stream, s.context = 0x5ABC, _Context(stats)
-        s.__dict__["is_open_for_test"] = True
+        st.stream, st.context, st.is_open = 0x5ABC, _Context(stats), True
     return s
 
 
-@pytest.fixture
-def opened(monkeypatch):
-    """Session.is_open as its state says, for sessions made by `_session`."""
-    import tenferro as tf
-
-    monkeypatch.setattr(tf.Session, "is_open",
-                        property(lambda s: s.__dict__.get("is_open_for_test", False)))
-
-
-def test_an_open_session_names_its_device_stream_memory_and_last_launches(monkeypatch, opened):
+def test_an_open_session_names_its_device_stream_memory_and_last_launches(monkeypatch):
     _fake_driver(monkeypatch, [None, ("NVIDIA H200", (9, 0), 150_754_820_096)])
     s = _session(stats={"used_bytes": 3 << 20, "reserved_bytes": 32 << 20,
                         "used_bytes_high": 0, "reserved_bytes_high": 0},
@@ -177,7 +170,7 @@ def test_an_open_session_names_its_device_stream_memory_and_last_launches(monkey
 
 
 def test_a_session_says_what_state_it_is_in_and_leaves_out_what_the_driver_refuses(
-        monkeypatch, opened):
+        monkeypatch):
     def no_device(i):
         raise RuntimeStateError("device_summary: no CUDA driver on this machine")
 
@@ -188,7 +181,7 @@ def test_a_session_says_what_state_it_is_in_and_leaves_out_what_the_driver_refus
     assert repr(faulted) == "Session(device=1, faulted, stream 0x5abc, 1 launch(es), last: k)"
     assert "<td>none yet</td>" in _session(open_=False)._repr_html_()
     assert "<th style='text-align:left'>device</th><td>1</td>" in faulted._repr_html_()
-    assert info.session_facts(faulted) == {"device": 1, "state": "faulted", "launches": 1,
+    assert info.session_facts(state_of(faulted)) == {"device": 1, "state": "faulted", "launches": 1,
                                            "last_launches": ["k"], "stream": 0x5ABC}
 
 
@@ -213,10 +206,10 @@ def test_a_real_session_reads_as_its_device_memory_and_launches(session):
                    [session.tensor_mut(y), tf.u32(256)])
     text = repr(session)
     assert text.startswith(f"Session(device={session.device} {name!r} sm_{major}{minor}, open, "
-                           f"stream 0x{session.stream_handle:x}, ")
+                           f"stream 0x{session.stream:x}, ")
     assert " used of " in text and " MiB reserved, " in text  # a pool holds whole MiBs
     assert text.endswith("1 launch(es), last: twice)")
-    assert info.session_facts(session)["memory"]["used_bytes"] >= 4096 * 4
+    assert info.session_facts(state_of(session))["memory"]["used_bytes"] >= 4096 * 4
     twice, ym, cfg = fill.function("twice"), session.tensor_mut(y), tf.LaunchConfig(1, 256)
     same = [ym, tf.u32(256)]
     session.launch(twice, cfg, same)  # the checked path (a new argument list)
@@ -226,7 +219,7 @@ def test_a_real_session_reads_as_its_device_memory_and_launches(session):
     with session.capture() as cap:
         session.launch(twice, cfg, [ym, tf.u32(256)])  # captured: not launched
     cap.graph.launch()
-    assert info.session_facts(session)["launches"] == 5  # every path counts, capture does not
+    assert info.session_facts(state_of(session))["launches"] == 5  # every path; no capture
     # Five runs of the kernel (the captured launch ran once, as the graph): y doubled 5 times.
     np.testing.assert_array_equal(session.download(y),
                                   np.linspace(-1.0, 1.0, 4096, dtype=np.float32)

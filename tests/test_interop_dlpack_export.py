@@ -33,7 +33,7 @@ class FakeTensor:
         self.strides = c_strides(array.shape, array.itemsize)
         self.nbytes = array.nbytes
         self.device = 0
-        self.session = _ClosedSession()
+        self.state = _ClosedSession()
 
 
 def _managed_address(capsule, name):
@@ -198,7 +198,7 @@ class _Context:
 
 def _open_tensor(array):
     t = FakeTensor(array)
-    t.session, t.context = _OpenSession(), _Context()
+    t.state, t.context = _OpenSession(), _Context()
     return t
 
 
@@ -238,7 +238,7 @@ def test_no_ordering_with_a_stream_the_driver_orders_with_the_sessions(orderings
     # A blocking session stream and the legacy default stream (None and 1, what torch's default
     # stream asks with) wait for each other in the driver: no event either way.
     t = _open_tensor(np.arange(4.0))
-    t.session.ordering.in_order_with = frozenset((0x51, 1))
+    t.state.ordering.in_order_with = frozenset((0x51, 1))
     for consumer in (None, 1):
         dlpack.read_capsule(dlpack_export.export(t, consumer, (1, 0), None, None),
                             "op").owner.release()
@@ -247,7 +247,7 @@ def test_no_ordering_with_a_stream_the_driver_orders_with_the_sessions(orderings
     f.owner.release()  # the per-thread default stream is not ordered with a blocking stream
     assert orderings == [(2, 0x51, 0xE0, "tensor.__dlpack__"),
                          (0x51, 2, 0xE0, "tensor.__dlpack__ deleter")]
-    t.session.ordering.in_order_with = frozenset((0x51,))  # a non-blocking one: both ways
+    t.state.ordering.in_order_with = frozenset((0x51,))  # a non-blocking one: both ways
     del orderings[:]
     dlpack.read_capsule(dlpack_export.export(t, None, (1, 0), None, None), "op").owner.release()
     assert orderings == [(1, 0x51, 0xE0, "tensor.__dlpack__"),

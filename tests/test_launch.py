@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenferro as tf
+from tenferro.session import state_of
 
 
 def test_flat_covers_threads():
@@ -192,14 +193,14 @@ def test_launchconfig_accepts_exactly_the_cuda_limits(grid, block, smem):
 def test_no_config_or_args_reach_the_launcher_unchecked(session, rng):
     # Every launch that reaches the driver carries a record made from a checked LaunchConfig.
     fn, x, y, tx, ty = _axpy(session, rng, n=256)
-    real = session.launcher
+    real = state_of(session).launcher
     seen = []
 
     def recording(address):
         seen.append(address)
         return real(address)
 
-    session.launcher = recording
+    state_of(session).launcher = recording
     args = [session.tensor_mut(ty), session.tensor(tx), tf.f32(1.0), tf.u32(256)]
     cfg = tf.LaunchConfig.flat(256, 64)
     junk = [None, 0, 1, (1, 64), [1, 64], "cfg", object(), cfg.dims, tf.LaunchConfig,
@@ -348,7 +349,7 @@ class _Fn:
 
 
 def test_check_against_the_functions_thread_limit():
-    from tenferro.launch import check_against
+    from tenferro.launch_config import check_against
 
     fn = _Fn(max_threads=256)
     check_against(tf.LaunchConfig(1, 256), fn, "session.launch")  # the limit itself
@@ -358,7 +359,7 @@ def test_check_against_the_functions_thread_limit():
 
 
 def test_check_against_raises_shared_memory_up_to_the_opt_in_limit():
-    from tenferro.launch import check_against
+    from tenferro.launch_config import check_against
 
     fn = _Fn(static=1024, optin=227 * 1024)
     default = 48 * 1024 - 1024
@@ -475,12 +476,12 @@ def test_a_kept_config_never_answers_shared_memory_that_is_refused(smem):
 
 
 def test_kept_configs_are_bounded_and_stay_right_past_the_bound():
-    from tenferro import launch
+    from tenferro import launch_config
 
-    for g in range(1, launch._KEPT_CONFIGS + 2):
+    for g in range(1, launch_config._KEPT_CONFIGS + 2):
         c = tf.LaunchConfig(g, 64)
         assert c.grid == (g, 1, 1) and c.dims == (g, 1, 1, 64, 1, 1, 0)
-    assert len(launch._made) <= launch._KEPT_CONFIGS
+    assert len(launch_config._made) <= launch_config._KEPT_CONFIGS
     assert tf.LaunchConfig(7, 64) is tf.LaunchConfig(7, 64)
 
 
@@ -499,7 +500,7 @@ def test_a_config_survives_pickle_and_copy(config):
 def test_an_equal_config_keeps_the_functions_launch_record(monkeypatch):
     import types
 
-    from tenferro import launch, module
+    from tenferro import launch_config, module
 
     made = []
 
@@ -512,7 +513,7 @@ def test_an_equal_config_keeps_the_functions_launch_record(monkeypatch):
     fn.handle, fn.param_block = 0x10, types.SimpleNamespace(address=0x20)
     fn.record_config = fn.last_config = module._NO_CONFIG
     a = tf.LaunchConfig(8, 64)
-    launch._made.clear()
+    launch_config._made.clear()
     b = tf.LaunchConfig(8, 64)  # equal, another object
     fn.use_config(a, 7)
     fn.use_config(b, 7)
@@ -536,7 +537,7 @@ class _Occupied(_Fn):
         self.blocks_at, self.asked = blocks_at, []
 
     def occupancy(self, block, smem):
-        from tenferro.launch import check_against
+        from tenferro.launch_config import check_against
         check_against(tf.LaunchConfig(1, block, smem), self, "function.occupancy")
         self.asked.append((block, smem))
         return _Occ(self.blocks_at(block, smem))
@@ -548,7 +549,7 @@ class _Occ:
 
 
 def _choose(fn, n, smem=0):
-    from tenferro.launch import choose_config
+    from tenferro.launch_config import choose_config
     return choose_config(fn, n, smem, "LaunchConfig.auto")
 
 
@@ -730,7 +731,7 @@ class _ClusterFn(_Fn):
         super().__init__(max_threads=1024)
         self.compiled, self.grid_sync, self.clusters_fit, self.per_sm = (
             compiled, grid_sync, clusters_fit, per_sm)
-        self.session = type("S", (), {"context": _Context(**context)})()
+        self.state = type("S", (), {"context": _Context(**context)})()
         self.asked = []
 
     def compiled_cluster(self):
@@ -742,11 +743,11 @@ class _ClusterFn(_Fn):
 
     def resident_blocks(self, config, op):
         self.asked.append(("resident", config.threads_per_block, config.shared_mem_bytes, op))
-        return self.per_sm * self.session.context.facts["MULTIPROCESSOR_COUNT"]
+        return self.per_sm * self.state.context.facts["MULTIPROCESSOR_COUNT"]
 
 
 def _check(config, fn):
-    from tenferro.launch import check_launch
+    from tenferro.launch_config import check_launch
 
     check_launch(config, fn, "session.launch")
 
@@ -778,7 +779,7 @@ def test_a_cooperative_grid_is_refused_past_what_runs_at_once():
 
 
 def test_check_launch_names_the_callers_operation_in_the_function_limit_refusal():
-    from tenferro.launch import check_launch
+    from tenferro.launch_config import check_launch
 
     fn = _ClusterFn()
     fn.max_threads_per_block = 256

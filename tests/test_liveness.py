@@ -12,6 +12,7 @@ from _sources import AXPY
 
 import tenferro as tf
 from tenferro import _driver, _liveness
+from tenferro.session import state_of
 
 
 class FakeDriver:
@@ -285,17 +286,18 @@ def test_long_loops_do_not_hold_everything_forever(session):
     # fences, so some are held and the rest went to fences.
     for i in range(tf.session.FENCE_EVERY * 4 + 3):
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
-    assert 0 < len(session.liveness.held) < tf.session.FENCE_EVERY
-    assert len(session.liveness.fences) + len(session.liveness.spare_events) >= 1
+    assert 0 < len(state_of(session).liveness.held) < tf.session.FENCE_EVERY
+    live = state_of(session).liveness
+    assert len(live.fences) + len(live.spare_events) >= 1
     _driver.stream_synchronize(session.stream, "test")
     for i in range(tf.session.FENCE_EVERY + 1):
         session.launch(fn, tf.LaunchConfig.flat(256), arglists[i % 2])
-    assert len(session.liveness.fences) <= 2  # the fences the GPU had passed were retired
+    assert len(state_of(session).liveness.fences) <= 2  # the fences the GPU had passed were retired
     same = arglists[0]
     session.synchronize()
     for _ in range(tf.session.FENCE_EVERY * 2):  # the very same arguments: nothing piles up
         session.launch(fn, tf.LaunchConfig.flat(256), same)
-    assert len(session.liveness.held) <= 1 and not session.liveness.fences
+    assert len(state_of(session).liveness.held) <= 1 and not state_of(session).liveness.fences
 
 
 @pytest.mark.gpu
@@ -314,11 +316,11 @@ def test_a_launch_with_new_scalars_alone_holds_nothing_more(session, rng):
         session.launch(k, cfg, [session.tensor_mut(y), session.tensor(x), np.float32(a),
                                 np.int64(n)])
         if a == 0.5:  # the first launch (compiled, then checked) holds its spans
-            held = list(session.liveness.held)
-    assert session.liveness.held == held
+            held = list(state_of(session).liveness.held)
+    assert state_of(session).liveness.held == held
     other = session.upload(x0)
     session.launch(k, cfg, [session.tensor_mut(y), session.tensor(other), np.float32(1.0),
                             np.int64(n)])
-    assert [s.owner for s in session.liveness.held[-1]] == [y, x]  # the spans it replaced
+    assert [s.owner for s in state_of(session).liveness.held[-1]] == [y, x]  # the spans it replaced
     np.testing.assert_allclose(session.download(y), y0 + 1.875 * x0.astype(np.float64),
                                rtol=1e-5, atol=1e-5)

@@ -248,7 +248,7 @@ def test_a_loaded_module_keeps_what_it_was_given(monkeypatch):
     monkeypatch.setattr(module_part._driver, "module_load_data", lambda image, op: 0xBEEF)
     session, sigs = object(), {"k": tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]}
     m = module_part.Module(session, b"img", "cubin", sigs, compile_log="warning: x")
-    assert (m.session, m.handle, m.kind, m.signatures, m.lowered_names, m.compile_log,
+    assert (m.state, m.handle, m.kind, m.signatures, m.lowered_names, m.compile_log,
             m.variables) == (session, 0xBEEF, "cubin", sigs, {}, "warning: x", {})
     variables = {"t": object()}
     named = module_part.Module(session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"},
@@ -298,7 +298,7 @@ def scale_fn(monkeypatch):
                                                                         op)) or 3)
     monkeypatch.setattr(d, "func_set_max_dynamic_shared",
                         lambda handle, n, op: asked.append(("raise", handle, n, op)))
-    mod = type("M", (), {"session": _Session()})()
+    mod = type("M", (), {"state": _Session()})()
     fn = module_part.Function(mod, "scale", 0x77,
                               tf.compile_cuda(SRC, arch="sm_90").signatures["scale"])
     return fn, asked
@@ -308,9 +308,9 @@ def test_a_function_starts_with_its_limits_and_no_config_checked(scale_fn):
     from tenferro.args import ParamBlock
 
     fn, _ = scale_fn
-    assert (fn.module.session, fn.name, fn.handle) == (fn.session, "scale", 0x77)
+    assert (fn.module.state, fn.name, fn.handle) == (fn.state, "scale", 0x77)
     assert fn.signature.declaration() == "scale(float* y, float a, unsigned int n)"
-    assert type(fn.param_block) is ParamBlock and fn.session.caches == [fn.param_block]
+    assert type(fn.param_block) is ParamBlock and fn.state.caches == [fn.param_block]
     assert (fn.max_threads_per_block, fn.static_shared_bytes, fn.dynamic_shared_limit,
             fn.device_shared_optin) == (768, 1024, 48 * 1024 - 1024, 227 * 1024)
     assert fn.checked_configs == set() and (fn.record, fn.record_address) == (None, 0)
@@ -324,7 +324,7 @@ def test_a_function_takes_a_parameter_block_it_is_given(monkeypatch):
     monkeypatch.setattr(module_part._driver, "func_attribute", lambda handle, name: 1)
     sig = tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]
     block = ParamBlock(sig)
-    mod = type("M", (), {"session": _Session()})()
+    mod = type("M", (), {"state": _Session()})()
     assert module_part.Function(mod, "scale", 1, sig, block).param_block is block
 
 
@@ -371,7 +371,7 @@ def test_a_functions_attributes_are_the_drivers(scale_fn):
     assert a == tf.module.KernelAttributes(registers=40, local_bytes=16, static_shared_bytes=1024,
                                            const_bytes=8, max_threads_per_block=768,
                                            ptx_version=87, binary_version=90)
-    assert scale_fn.session.used == ["function.attributes"]
+    assert scale_fn.state.used == ["function.attributes"]
 
 
 @pytest.mark.parametrize(("block", "threads", "warps"), [
@@ -383,7 +383,7 @@ def test_occupancy_asks_the_driver_for_the_blocks_threads(scale_fn, block, threa
     assert (occ.blocks_per_multiprocessor, occ.threads_per_block,
             occ.max_threads_per_multiprocessor) == (3, threads, 2048)
     assert (occ.warps_per_multiprocessor, occ.fraction) == (warps, warps / 64)
-    assert scale_fn.session.used == ["function.occupancy"]
+    assert scale_fn.state.used == ["function.occupancy"]
 
 
 def test_occupancy_with_shared_memory_opts_in_as_a_launch_does(scale_fn):
@@ -438,7 +438,7 @@ def test_a_fault_a_function_query_sees_stops_the_session(scale_fn, monkeypatch, 
     with pytest.raises(tf.KernelFault, match=r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
                                              r"\['k'\]$"):
         ask(fn)
-    assert len(fn.session.faults) == 1
+    assert len(fn.state.faults) == 1
 
 
 def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
@@ -461,7 +461,7 @@ def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
     with pytest.raises(tf.KernelFault, match=r"^cuModuleGetFunction: the device reported "
                                              r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches"):
         m.function("scale")
-    assert len(m.session.faults) == 3
+    assert len(m.state.faults) == 3
     monkeypatch.setattr(d, "module_get_function", lambda module, name: None)
     monkeypatch.setattr(d, "module_function_names", lambda module: [])
     with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'scale'"):

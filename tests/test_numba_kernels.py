@@ -344,7 +344,7 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     assert built == []
     assert k.known_function([x]) is None  # the first of the last arguments is not them all
     fresh = nk.NumbaKernel(s, None, "k")
-    assert fresh.session is s and s.caches[-1] is fresh  # forgotten when the session syncs
+    assert fresh.state is s and s.caches[-1] is fresh  # forgotten when the session syncs
     assert fresh.known_function([]) is None
     assert fresh.function_for([], "op") == "fn1"  # an empty list is looked up, never "found"
 
@@ -372,7 +372,7 @@ def test_a_numba_kernel_refuses_another_argument_count_before_compiling(monkeypa
     monkeypatch.setattr(nk, "compile_for_session", lambda *a: pytest.fail("compiled"))
     k = nk.NumbaKernel(_CachingSession(), cuda.jit(scale_into), "scale_into")
     f32 = dtypes.by_name("f32")
-    y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, k.session)
+    y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, k.state)
     for args in ([], [y, y, np.float32(1.0)], [y, y, np.float32(1.0), np.int64(8), 0]):
         with pytest.raises(tf.ValidationError, match=rf"^session\.launch: numba kernel "
                                                      rf"'scale_into' takes 4 argument\(s\), "

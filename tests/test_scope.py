@@ -11,7 +11,15 @@ from tenferro import scope
 
 
 class Stand:
-    """Enters and leaves as a Session does, counting both."""
+    """Enters and leaves as a Session does, counting both; opened and closed by Session's own
+    `open` and `close`, which see its state through ``_state`` (itself here)."""
+
+    open = classmethod(tf.Session.open.__func__)
+    close = tf.Session.close
+
+    @property
+    def _state(self):
+        return self
 
     def __init__(self, device=0, stream=None):
         self.device, self.stream, self.is_open, self.thread, self.exits = device, stream, \
@@ -35,31 +43,31 @@ def clean():
 
 
 def test_an_opened_session_is_the_innermost_until_closed():
-    s = scope.open_session(Stand, 1, stream=7)
+    s = Stand.open(1, stream=7)
     assert s.is_open and (s.device, s.stream) == (1, 7) and scope.innermost() is s
-    scope.close_session(s)
+    s.close()
     assert not s.is_open and s.exits == 1 and scope.innermost() is None
-    scope.close_session(s)  # closing again changes nothing
+    s.close()  # closing again changes nothing
     assert s.exits == 1
 
 
 def test_opening_again_on_a_device_closes_the_earlier_session_only_there():
-    a0 = scope.open_session(Stand, 0)
-    b1 = scope.open_session(Stand, 1)
-    a0_again = scope.open_session(Stand, 0)  # a notebook cell run a second time
+    a0 = Stand.open(0)
+    b1 = Stand.open(1)
+    a0_again = Stand.open(0)  # a notebook cell run a second time
     assert not a0.is_open and a0.exits == 1
     assert a0_again.is_open and b1.is_open and b1.exits == 0
-    scope.close_session(a0)  # the earlier one stays closed; the new one is not touched
+    a0.close()  # the earlier one stays closed; the new one is not touched
     assert a0_again.is_open
 
 
 def test_a_session_is_closed_only_by_the_thread_that_opened_it():
-    s = scope.open_session(Stand, 0)
+    s = Stand.open(0)
     seen = []
 
     def other():
         try:
-            scope.close_session(s)
+            s.close()
         except tf.RuntimeStateError as exc:
             seen.append(str(exc))
 
@@ -72,8 +80,8 @@ def test_a_session_is_closed_only_by_the_thread_that_opened_it():
 
 
 def test_interpreter_exit_closes_what_is_still_open():
-    a, b = scope.open_session(Stand, 0), scope.open_session(Stand, 3)
-    scope.close_session(b)
+    a, b = Stand.open(0), Stand.open(3)
+    b.close()
     scope._close_at_exit()
     assert (a.exits, b.exits) == (1, 1) and not a.is_open
 
@@ -93,7 +101,7 @@ def test_a_kept_session_not_innermost_leaves_the_users_default_alone():
 
 
 def test_close_kept_closes_this_threads_matching_sessions_only():
-    ops, mine = Stand(0).__enter__(), scope.open_session(Stand, 1)
+    ops, mine = Stand(0).__enter__(), Stand.open(1)
     scope.keep_open(ops, ("ops", 0), innermost=False)
     theirs = []
 
@@ -114,8 +122,8 @@ def test_the_exit_hook_is_registered_once(monkeypatch):
     registered = []
     monkeypatch.setattr(scope, "_exit_hook", False)
     monkeypatch.setattr(scope.atexit, "register", registered.append)
-    scope.open_session(Stand, 0)
-    scope.open_session(Stand, 1)
+    Stand.open(0)
+    Stand.open(1)
     assert registered == [scope._close_at_exit]
 
 

@@ -12,6 +12,7 @@ from conftest import gpu_reason
 
 import tenferro as tf
 from tenferro import _driver
+from tenferro.session import state_of
 
 
 def test_session_without_gpu_is_a_clear_error():
@@ -151,7 +152,7 @@ def test_session_on_an_external_stream(rng):
     try:
         x0 = rng.standard_normal(4099).astype(np.float32)
         with tf.Session(device=0, stream=stream) as s:
-            assert s.stream_handle == stream
+            assert s.stream == stream
             fn = s.compile(AXPY).function("axpy")
             y = s.upload(x0)
             s.launch(fn, tf.LaunchConfig.flat(x0.size), [s.tensor_mut(y),
@@ -166,7 +167,7 @@ def test_session_on_an_external_stream(rng):
                 return (0, stream)
 
         with tf.Session(stream=HasStream()) as s:
-            assert s.stream_handle == stream
+            assert s.stream == stream
     finally:
         _driver.stream_destroy(stream)
         _driver.set_current(prev)
@@ -180,7 +181,7 @@ def test_the_sessions_stream_is_blocking_and_knows_the_streams_ordered_with_it(d
 
     with tf.Session(device=device) as s:
         assert not _driver.stream_is_non_blocking(s.stream, "test")
-        assert s.ordering.in_order_with == {s.stream, 1}
+        assert state_of(s).ordering.in_order_with == {s.stream, 1}
     ctx = _driver.PrimaryContext.get(device)
     prev = ctx.make_current()
     err, non_blocking = cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
@@ -191,7 +192,7 @@ def test_the_sessions_stream_is_blocking_and_knows_the_streams_ordered_with_it(d
         for stream, want in ((non_blocking, {non_blocking}), (blocking, {blocking, 1}),
                              (1, {1}), (2, {2, 1})):
             with tf.Session(device=device, stream=stream) as s:
-                assert s.ordering.in_order_with == want, stream
+                assert state_of(s).ordering.in_order_with == want, stream
     finally:
         _driver.stream_destroy(blocking)
         _driver.stream_destroy(non_blocking)
@@ -324,7 +325,7 @@ def test_a_session_not_yet_entered_refuses_use():
                  lambda: s.range("step").__enter__()):
         with pytest.raises(tf.RuntimeStateError, match=r"session\.\w+: the session is closed"):
             call()
-    assert s.active_timeline is None and repr(s).endswith(", not entered)")
+    assert state_of(s).active_timeline is None and repr(s).endswith(", not entered)")
 
 
 def test_every_method_says_what_it_does_and_takes_the_parts_arguments():

@@ -205,7 +205,7 @@ def test_a_compact_span_is_the_span_the_full_constructor_makes(shape, cls):
     owner, session = object(), object()
     full = cls(0x7000_0040, shape, strides, t, 3, owner, session)
     fast = cls.compact(0x7000_0040, shape, strides, t, nbytes, 3, owner, session)
-    fields = ("ptr", "shape", "strides", "scalar_type", "device", "owner", "session", "nbytes",
+    fields = ("ptr", "shape", "strides", "scalar_type", "device", "owner", "state", "nbytes",
               "lo", "hi")
     assert [getattr(fast, f) for f in fields] == [getattr(full, f) for f in fields]
     assert type(fast) is cls and fast.is_c_contiguous

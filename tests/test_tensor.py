@@ -108,7 +108,7 @@ def test_cuda_array_interface_export_is_zero_copy(session, rng):
     cai = t.__cuda_array_interface__
     assert cai["version"] == 3 and cai["data"] == (t.ptr, False)
     assert cai["shape"] == (33, 17) and cai["typestr"] == "<f4"
-    assert cai["stream"] == session.stream_handle
+    assert cai["stream"] == session.stream
     view = cuda.as_cuda_array(t)
     assert view.__cuda_array_interface__["data"][0] == t.ptr
     np.testing.assert_array_equal(view.copy_to_host(), a)
@@ -216,10 +216,11 @@ def test_large_allocations_fence_so_dropped_owners_go_before_a_synchronize(sessi
 
 
 class _Downloads:
-    """What Tensor.preview uses of a session: download."""
+    """What Tensor.preview uses of its session (download), as its state's session."""
 
     def __init__(self, values):
         self.values, self.asked = values, []
+        self.session = self
 
     def download(self, x):
         self.asked.append(x)
@@ -233,7 +234,7 @@ def _tensor(values, name="f32"):
     t.ptr, t.device, t.shape = 0, 0, values.shape  # ptr 0: nothing for __del__ to free
     t.scalar_type = dtypes.by_name(name)
     t.nbytes = values.nbytes
-    t.session = _Downloads(values)
+    t.state = _Downloads(values)
     return t
 
 
@@ -269,7 +270,7 @@ def test_a_tensors_span_is_the_same_object_while_something_holds_it():
     ref = t.span(TensorRef)
     assert type(ref) is TensorRef and t.span(TensorRef) is ref and ref is not mut
     assert (mut.ptr, mut.shape, mut.strides, mut.nbytes, mut.lo, mut.hi, mut.owner,
-            mut.session, mut.device) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s, 2)
+            mut.state, mut.device) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s, 2)
     assert mut.scalar_type is dtypes.by_name("f32") and ref.scalar_type is mut.scalar_type
     gone = weakref.ref(mut)
     del mut
@@ -289,7 +290,7 @@ def test_preview_shows_the_edges_of_each_dimension_from_a_download():
     values = np.arange(100.0, dtype=np.float32).reshape(10, 10) + 0.5
     t = _tensor(values)
     text = t.preview(edgeitems=2)
-    assert t.session.asked == [t]
+    assert t.state.asked == [t]
     assert text == np.array2string(values, threshold=4, edgeitems=2)
     assert "..." in text and "0.5" in text and "99.5" in text and "55.5" not in text
     small = _tensor(np.array([1.25, -2.5, 3.0, 4.0, 5.5, 6.0], dtype=np.float32))
@@ -302,7 +303,7 @@ def test_preview_refuses_edgeitems_below_one_without_a_download(bad):
     with pytest.raises(tf.ValidationError,
                        match=rf"^tensor\.preview: edgeitems={bad!r} must be an int >= 1$"):
         t.preview(edgeitems=bad)
-    assert t.session.asked == []
+    assert t.state.asked == []
     assert t.preview(edgeitems=1) == "[1. ... 1.]"  # the smallest accepted
 
 
@@ -311,7 +312,7 @@ def test_a_tensor_says_what_it_is_and_how_to_see_its_values_without_reading_them
     assert repr(t) == "Tensor(shape=(4, 3), dtype=f32, device=0, ptr=0x0)"
     assert t._repr_html_().startswith("<b>tenferro Tensor</b> shape (4, 3), f32, device 0, "
                                       "48 bytes")
-    assert t.session.asked == []
+    assert t.state.asked == []
 
 
 @pytest.mark.gpu
@@ -324,7 +325,7 @@ def test_preview_of_a_device_tensor_is_its_values_as_numpy_prints_them(session, 
 
 @pytest.mark.parametrize("bad", [256, -1, True, 2.0, "0", None])
 def test_memset_refuses_a_value_that_is_not_a_byte_before_it_reads_the_destination(bad):
-    from tenferro.tensor import memset
+    from tenferro.memory import memset
 
     class _Untouched:  # any use of the session or the destination fails the test
         def __getattr__(self, name):
@@ -391,7 +392,7 @@ class _Memory:
 
 
 def test_alloc_zeros_and_upload_ask_the_driver_for_their_bytes_on_the_stream(monkeypatch):
-    from tenferro import tensor as tensor_part
+    from tenferro import memory as tensor_part
 
     s = _Memory(monkeypatch)
     z = tensor_part.alloc_zeros(s, (3, 5), np.int16)
@@ -433,7 +434,7 @@ def test_a_tensor_whose_allocation_failed_frees_nothing(monkeypatch):
 
 
 def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(monkeypatch):
-    from tenferro import tensor as tensor_part
+    from tenferro import memory as tensor_part
     from tenferro._liveness import SPARE_BLOCK_BYTES
 
     s = _Memory(monkeypatch)
@@ -460,7 +461,7 @@ def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(
 
 @pytest.mark.parametrize("shape", [(3, 0), (0,), (), [2, 3], (np.int64(2), 3), 5])
 def test_a_shape_of_ints_at_least_zero_is_taken(monkeypatch, shape):
-    from tenferro import tensor as tensor_part
+    from tenferro import memory as tensor_part
 
     t = tensor_part.alloc_output(_Memory(monkeypatch), shape, np.float32)
     assert t.shape == ((5,) if shape == 5 else tuple(int(d) for d in shape))
@@ -469,7 +470,7 @@ def test_a_shape_of_ints_at_least_zero_is_taken(monkeypatch, shape):
 
 @pytest.mark.parametrize("shape", [(3, -1), (-1,), (2, True), (2.0,), "ab", None])
 def test_a_shape_with_a_negative_or_a_non_int_is_refused(monkeypatch, shape):
-    from tenferro import tensor as tensor_part
+    from tenferro import memory as tensor_part
 
     s = _Memory(monkeypatch)
     with pytest.raises(tf.ValidationError, match=r"^session\.alloc_output: shape="):

@@ -150,7 +150,7 @@ class _Module:
     handle = 0xAB
 
     def __init__(self, variables):
-        self.session = _Session()
+        self.state = _Session()
         self.variables = variables
 
     variable = variables_part.module_variable
@@ -190,14 +190,14 @@ def test_a_typed_variable_is_a_writable_span_of_its_elements(compiled_variables,
     globals_at.sizes = _sizes(compiled_variables)
     m = _Module(compiled_variables)
     grid = m.variable("grid2")
-    assert type(grid) is tf.TensorMut and grid.owner is m and grid.session is m.session
+    assert type(grid) is tf.TensorMut and grid.owner is m and grid.state is m.state
     assert (grid.shape, grid.strides, grid.dtype, grid.nbytes) == ((4, 8), (32, 4),
                                                                    np.float32, 128)
     assert grid.ptr == 0x10000 + 4096 * sorted(globals_at.sizes).index("grid2")
     assert grid.device == 3
     assert m.variable("counter").shape == () and m.variable("big").dtype == np.int64
     assert globals_at.asked[0] == (0xAB, "grid2", "module.variable")
-    assert m.session.used == ["module.variable"] * 3
+    assert m.state.used == ["module.variable"] * 3
 
 
 @pytest.mark.parametrize("name", ["ns::flags", "::ns::flags", "_ZN2ns5flagsE"])
@@ -268,7 +268,7 @@ def test_a_fault_the_lookup_sees_stops_the_session_and_names_the_last_launches(m
                                              r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
                                              r"\['k'\]$"):
         m.variable("t")
-    assert len(m.session.faults) == 1
+    assert len(m.state.faults) == 1
 
 
 def test_other_driver_refusals_pass_through(monkeypatch):
@@ -302,11 +302,11 @@ def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_var
     m = _Module(compiled_variables)
     raw = m.variable("v2")
     assert type(raw) is tf.DeviceBytes and raw.shape == (24,) and raw.owner is m
-    assert (raw.strides, raw.device, raw.session) == ((1,), 3, m.session)
+    assert (raw.strides, raw.device, raw.state) == ((1,), 3, m.state)
     as_f32 = m.variable("v2", dtype=np.float32)
     assert type(as_f32) is tf.TensorMut and as_f32.shape == (6,) and as_f32.strides == (4,)
     assert type(as_f32.shape[0]) is int and as_f32.nbytes == 24
-    assert (as_f32.device, as_f32.owner, as_f32.session) == (3, m, m.session)
+    assert (as_f32.device, as_f32.owner, as_f32.state) == (3, m, m.state)
     assert m.variable("v2", dtype=np.float64).shape == (3,)  # 24 bytes: 3 doubles
     assert m.variable("pts", dtype=np.complex128).shape == (1,)  # 16 bytes: one element
     with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'anon' has 12 bytes, "

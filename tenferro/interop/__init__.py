@@ -12,7 +12,8 @@ see `tenferro.interop.streams`.
 from .cai import read_cai
 from .dlpack import read_capsule, read_dlpack
 from .dlpack_export import export, live_exports
-from .foreign import Foreign, check_memory, read_foreign
+from .foreign import check_memory, read_foreign
+from .foreign_array import Foreign
 from .streams import LEGACY, PER_THREAD, order_after, stream_value
 
 __all__ = ["LEGACY", "PER_THREAD", "Foreign", "check_memory", "export", "live_exports",

@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ValidationError
 from ..spans import c_strides
-from .foreign import Foreign
+from .foreign_array import Foreign
 from .streams import stream_value
 
 __all__ = ["read_cai"]

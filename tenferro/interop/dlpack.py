@@ -16,9 +16,10 @@ from typing import Any
 from .. import dtypes
 from ..errors import ValidationError, negated_view, wrong_device
 from ..spans import c_strides
-from .foreign import Foreign
+from .foreign_array import Foreign
 
-__all__ = ["DL_CUDA", "DL_CUDA_MANAGED", "MAX_VERSION", "read_capsule", "read_dlpack"]
+__all__ = ["DLTENSOR", "DL_CUDA", "DL_CUDA_MANAGED", "LEGACY_TAIL", "MAX_VERSION", "VERSIONED_HEAD",
+           "read_capsule", "read_dlpack"]
 
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
 MAX_VERSION = (1, 1)
@@ -32,9 +33,9 @@ _VERSIONED, _VERSIONED_USED = b"dltensor_versioned", b"used_dltensor_versioned"
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # a managed tensor's deleter
 
 # dlpack.h's structures as flat little-endian layouts, read and written in one step.
-_TENSOR = struct.Struct("<QiiiBBHQQQ")  # DLTensor: data, device, ndim, dtype, shape, strides, off
-_VERSIONED_HEAD = struct.Struct("<IIQQQ")  # version, manager_ctx, deleter, flags; then DLTensor
-_LEGACY_TAIL = struct.Struct("<QQ")  # DLTensor first; then manager_ctx, deleter
+DLTENSOR = struct.Struct("<QiiiBBHQQQ")  # DLTensor: data, device, ndim, dtype, shape, strides, off
+VERSIONED_HEAD = struct.Struct("<IIQQQ")  # version, manager_ctx, deleter, flags; then DLTensor
+LEGACY_TAIL = struct.Struct("<QQ")  # DLTensor first; then manager_ctx, deleter
 
 _api = ctypes.pythonapi
 _api.PyCapsule_IsValid.restype = ctypes.c_int
@@ -73,19 +74,19 @@ def read_capsule(capsule: Any, op: str, producer: Any = None) -> Foreign:
     if _api.PyCapsule_IsValid(capsule, _VERSIONED):
         addr = _api.PyCapsule_GetPointer(capsule, _VERSIONED)
         _api.PyCapsule_SetName(capsule, _VERSIONED_USED)
-        major, minor, _ctx, deleter, flags = _VERSIONED_HEAD.unpack(
-            ctypes.string_at(addr, _VERSIONED_HEAD.size))
+        major, minor, _ctx, deleter, flags = VERSIONED_HEAD.unpack(
+            ctypes.string_at(addr, VERSIONED_HEAD.size))
         owner = _CapsuleOwner(addr, deleter, producer)
         if major != 1:
             raise ValidationError(f"{op}: DLPack version {major}.{minor} is not supported (this "
                                   "reader knows 1.x)")
         readonly = bool(flags & FLAG_READ_ONLY)
-        tensor_at = addr + _VERSIONED_HEAD.size
+        tensor_at = addr + VERSIONED_HEAD.size
     elif _api.PyCapsule_IsValid(capsule, _LEGACY):
         addr = _api.PyCapsule_GetPointer(capsule, _LEGACY)
         _api.PyCapsule_SetName(capsule, _LEGACY_USED)
-        _ctx, deleter = _LEGACY_TAIL.unpack(ctypes.string_at(addr + _TENSOR.size,
-                                                             _LEGACY_TAIL.size))
+        _ctx, deleter = LEGACY_TAIL.unpack(ctypes.string_at(addr + DLTENSOR.size,
+                                                             LEGACY_TAIL.size))
         owner = _CapsuleOwner(addr, deleter, producer)
         readonly = False
         tensor_at = addr
@@ -93,7 +94,7 @@ def read_capsule(capsule: Any, op: str, producer: Any = None) -> Foreign:
         raise ValidationError(f"{op}: not an unused DLPack capsule (a capsule is consumed once)")
     # One read of the DLTensor (struct.unpack is several times cheaper than ctypes fields).
     data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = \
-        _TENSOR.unpack(ctypes.string_at(tensor_at, _TENSOR.size))
+        DLTENSOR.unpack(ctypes.string_at(tensor_at, DLTENSOR.size))
     if dev_type not in (DL_CUDA, DL_CUDA_MANAGED):
         where = {DL_CPU: "host (kDLCPU)", DL_CUDA_HOST: "pinned host (kDLCUDAHost)"}.get(
             dev_type, f"device_type {dev_type}")

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import _driver
 from ..errors import RuntimeStateError, ValidationError
-from .dlpack import _LEGACY_TAIL, _TENSOR, _VERSIONED_HEAD, DL_CUDA, MAX_VERSION
+from .dlpack import DL_CUDA, DLTENSOR, LEGACY_TAIL, MAX_VERSION, VERSIONED_HEAD
 from .streams import LEGACY, order_after, stream_value
 
 __all__ = ["FLAG_IS_COPIED", "export", "live_exports"]
@@ -55,15 +55,15 @@ class _Export:
         t, self.tensor = self.tensor, None
         if t is None:
             return
-        s = t.session
+        st = t.state
         stream = self.consumer_stream
-        if stream is not None and s.is_open and t.ptr and \
-                stream not in s.ordering.in_order_with:
+        if stream is not None and st.is_open and t.ptr and \
+                stream not in st.ordering.in_order_with:
             # The consumer may have queued work on its stream that still reads this memory.
             t.context.push()
             try:
                 with _lock:
-                    order_after(s.stream, stream, s.export_event, "tensor.__dlpack__ deleter")
+                    order_after(st.stream, stream, st.export_event, "tensor.__dlpack__ deleter")
             except Exception:  # the consumer's stream is gone: it cannot be waited for; be safe
                 _driver.context_synchronize()
             finally:
@@ -144,30 +144,30 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
     version = _version(max_version, op)
     if not tensor.ptr and tensor.nbytes:
         raise RuntimeStateError(f"{op}: the Tensor has been freed")
-    s = tensor.session
+    st = tensor.state
     flags = 0
     if copy is True:
-        if not s.is_open:
+        if not st.is_open:
             raise BufferError(f"{op}: copy=True needs the Tensor's session to be open")
-        s.check_use(op)
-        s.refuse_in_capture(op, "a copy would allocate inside the graph")
-        dup = type(tensor).allocate(s, tensor.shape, tensor.scalar_type, op)
+        st.check_use(op)
+        st.refuse_in_capture(op, "a copy would allocate inside the graph")
+        dup = type(tensor).allocate(st, tensor.shape, tensor.scalar_type, op)
         if tensor.nbytes:
-            _driver.memcpy_dtod_async(dup.ptr, tensor.ptr, tensor.nbytes, s.stream, op)
+            _driver.memcpy_dtod_async(dup.ptr, tensor.ptr, tensor.nbytes, st.stream, op)
         tensor, flags = dup, FLAG_IS_COPIED
-    if s.is_open and consumer is not None and consumer not in s.ordering.in_order_with:
-        if s.liveness.capturing:
+    if st.is_open and consumer is not None and consumer not in st.ordering.in_order_with:
+        if st.liveness.capturing:
             raise RuntimeStateError(f"{op}: not allowed during s.capture(): ordering the "
                                     "consumer's stream needs an event")
         # The consumer's stream waits for everything enqueued so far on ours. The record and
         # the wait are one step under the lock: another thread exporting must not re-record
         # the session's event in between.
-        same_thread = s.thread == threading.get_ident()
+        same_thread = st.thread == threading.get_ident()
         if not same_thread:
             tensor.context.push()
         try:
             with _lock:
-                order_after(consumer, s.stream, s.export_event, op)
+                order_after(consumer, st.stream, st.export_event, op)
         finally:
             if not same_thread:
                 tensor.context.pop()
@@ -179,19 +179,19 @@ def _make_capsule(tensor: Any, version: tuple[int, int] | None, flags: int,
     t = tensor.scalar_type
     ndim = len(tensor.shape)
     # One buffer: the managed tensor, then shape[ndim] and strides[ndim] (in elements).
-    head = _TENSOR.size + _LEGACY_TAIL.size if version is None else \
-        _VERSIONED_HEAD.size + _TENSOR.size
+    head = DLTENSOR.size + LEGACY_TAIL.size if version is None else \
+        VERSIONED_HEAD.size + DLTENSOR.size
     buf = ctypes.create_string_buffer(head + 16 * ndim)
     addr = ctypes.addressof(buf)
     shape_p, strides_p = addr + head, addr + head + 8 * ndim
-    tensor_at = 0 if version is None else _VERSIONED_HEAD.size
-    _TENSOR.pack_into(buf, tensor_at, tensor.ptr, DL_CUDA, tensor.device, ndim, t.dl_code,
+    tensor_at = 0 if version is None else VERSIONED_HEAD.size
+    DLTENSOR.pack_into(buf, tensor_at, tensor.ptr, DL_CUDA, tensor.device, ndim, t.dl_code,
                       t.dl_bits, 1, shape_p if ndim else 0, strides_p if ndim else 0, 0)
     if version is None:
-        _LEGACY_TAIL.pack_into(buf, _TENSOR.size, 0, _DELETER_ADDR)
+        LEGACY_TAIL.pack_into(buf, DLTENSOR.size, 0, _DELETER_ADDR)
         name = _NAME_LEGACY
     else:
-        _VERSIONED_HEAD.pack_into(buf, 0, version[0], version[1], 0, _DELETER_ADDR, flags)
+        VERSIONED_HEAD.pack_into(buf, 0, version[0], version[1], 0, _DELETER_ADDR, flags)
         name = _NAME_VERSIONED
     if ndim:
         item = t.itemsize

@@ -1,4 +1,4 @@
-"""Foreign arrays: what a producer says (`Foreign`), and the device checks every import shares.
+"""Foreign arrays read into a `Foreign` record, and the device checks every import shares.
 
 `read_foreign` takes DLPack first wherever a producer has ``__dlpack__`` (it names the device,
 spells every dtype, carries READ_ONLY and has the producer order its own stream before ours),
@@ -7,31 +7,18 @@ and the CUDA Array Interface otherwise. The session turns the record into a span
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import _driver
-from ..dtypes import ScalarType
 from ..errors import RuntimeStateError, ValidationError, wrong_device
 from ..spans import ADDRESS_END as _ADDRESS_END
+from .cai import read_cai
+from .dlpack import read_capsule, read_dlpack
+from .foreign_array import Foreign
 
-__all__ = ["Foreign", "check_memory", "read_foreign"]
-
-
-@dataclass(slots=True)
-class Foreign:
-    """What a producer told us about its array."""
-
-    ptr: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    scalar_type: ScalarType
-    readonly: bool
-    stream: int | None  # the producer's stream handle to order after; None: nothing to wait for
-    owner: Any
-    device: int | None = None  # the producer's own claim (DLPack); CAI does not say
+__all__ = ["check_memory", "read_foreign"]
 
 
 def _cupy_negative_strides(x: Any) -> bool:
@@ -52,9 +39,6 @@ def read_foreign(x: Any, stream: int, device: int, capturing: bool, op: str, *,
     ``dlpack_only`` refuses a producer without ``__dlpack__``. During a capture a DLPack
     producer is refused: it would order itself on the capturing stream.
     """
-    from .cai import read_cai
-    from .dlpack import read_capsule, read_dlpack
-
     if isinstance(x, np.ndarray):
         raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies it "
                               "to the device")

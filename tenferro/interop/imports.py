@@ -30,13 +30,13 @@ from .producers import (
 )
 from .streams import LEGACY, order_after
 
-__all__ = ["forget_fast_paths", "from_dlpack", "import_span", "readonly", "tensor", "tensor_mut"]
+__all__ = ["forget_fast_paths", "from_dlpack", "import_span", "tensor", "tensor_mut"]
 
 _get_ident = threading.get_ident
 _UNSEEN = object()  # a class no reader was decided for yet
 
 
-def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
+def import_span(st: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
                 dlpack: bool = False, defer: bool = False) -> Any:
     """A checked span of session ``s`` over ``x``: a Tensor, a span of ``s``, or a foreign array.
 
@@ -45,47 +45,47 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     made for launches) before the session's next kernel (`StreamOrdering`). ``dlpack`` takes a
     producer through DLPack even where it also has a CUDA Array Interface.
     """
-    if not s.fast_path_ok or _get_ident() != s.thread:
-        s.check_use(op)  # closed, another thread or faulted: refused (a capture is let by)
+    if not st.fast_path_ok or _get_ident() != st.thread:
+        st.check_use(op)  # closed, another thread or faulted: refused (a capture is let by)
     kind = x.__class__
-    if kind is Tensor and x.session is s and dtype is None and cls is not DeviceBytes:
+    if kind is Tensor and x.state is st and dtype is None and cls is not DeviceBytes:
         # The session's own Tensor: compact, aligned by its allocation, writable, in range.
         return x.span(cls)
     reader = None if dlpack else readers.get(kind, _UNSEEN)
     if reader is _UNSEEN:
         reader = direct_reader(kind)
-    direct = None if reader is None else reader(x, s.device, op)
+    direct = None if reader is None else reader(x, st.device, op)
     if direct is not None:  # torch: its own attributes, no DLPack capsule
         ptr, shape, strides, t, stream, nbytes = direct
-        if stream not in s.ordering.in_order_with:
-            _producer_stream(s, stream, defer, op)
+        if stream not in st.ordering.in_order_with:
+            _producer_stream(st, stream, defer, op)
         if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
                 not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
-            return kept_compact(s, cls, ptr, shape, strides, t, nbytes, x)
+            return kept_compact(st, cls, ptr, shape, strides, t, nbytes, x)
         owner, readonly, marked = x, False, False
     elif isinstance(x, Tensor):
-        if x.session is not s:
-            _adopt_tensor(s, x, op)
+        if x.state is not st:
+            _adopt_tensor(st, x, op)
         ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x
         readonly = marked = False
     elif isinstance(x, Span):
-        if x.session is not s:
+        if x.state is not st:
             raise ValidationError(f"{op}: x is a {type(x).__name__} of another session")
         ptr, shape, strides, t, owner = x.ptr, x.shape, x.strides, x.scalar_type, x.owner
         readonly = not x.writable
         marked = x.producer_readonly
         if type(x) is DeviceBytes and cls is TensorMut:
             cls = DeviceBytes  # a workspace stays untyped where a writable span is asked
-        if s.ordering.pending and not defer:  # a memory operation is about to use it
-            _flush(s, op)
+        if st.ordering.pending and not defer:  # a memory operation is about to use it
+            _flush(st, op)
     else:
-        f = read_foreign(x, s.stream, s.device, s.liveness.capturing, op, dlpack_only=dlpack)
-        check_memory(f, s.device, op)
+        f = read_foreign(x, st.stream, st.device, st.liveness.capturing, op, dlpack_only=dlpack)
+        check_memory(f, st.device, op)
         ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
                                                    f.owner, f.readonly)
         marked = readonly
-        if f.stream is not None and f.stream not in s.ordering.in_order_with:
-            _producer_stream(s, f.stream, defer, op)
+        if f.stream is not None and f.stream not in st.ordering.in_order_with:
+            _producer_stream(st, f.stream, defer, op)
     if readonly and cls is not TensorRef:
         raise ValidationError(f"{op}: x is read-only (its producer says so); use "
                               "s.tensor(x) to read it")
@@ -93,7 +93,7 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
         want = dtypes.as_scalar_type(dtype, op)
         if want is not t:
             raise ValidationError(f"{op}: dtype={want.name} was asked but x is {t.name}")
-    span = cls(ptr, shape, strides, t, s.device, owner, s, marked)
+    span = cls(ptr, shape, strides, t, st.device, owner, st, marked)
     if not span.is_c_contiguous:
         if not allow_strided:
             raise ValidationError(
@@ -120,41 +120,41 @@ def import_span(s: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: 
     return span
 
 
-def _order_after(s: Any, stream: int, op: str) -> None:
+def _order_after(st: Any, stream: int, op: str) -> None:
     """Order the session's stream after ``stream``'s work so far, without blocking the host."""
     try:
-        order_after(s.stream, stream, s.import_event, op)
+        order_after(st.stream, stream, st.import_event, op)
     except KernelFault as exc:
-        raise s.fault_seen(exc) from None
+        raise st.record_fault(exc) from None
 
 
-def _producer_stream(s: Any, stream: int, defer: bool, op: str) -> None:
+def _producer_stream(st: Any, stream: int, defer: bool, op: str) -> None:
     """Order the session's stream after a producer's: now, or before its next kernel."""
-    s.refuse_in_capture(op, "ordering after the producer's stream needs an event; make the "
+    st.refuse_in_capture(op, "ordering after the producer's stream needs an event; make the "
                         "span before the capture")
     if defer:
-        s.ordering.defer(stream)
+        st.ordering.defer(stream)
     else:
-        _order_after(s, stream, op)
+        _order_after(st, stream, op)
 
 
-def _flush(s: Any, op: str) -> None:
+def _flush(st: Any, op: str) -> None:
     """Order the session's stream after the producers of spans made for launches."""
     try:
-        s.ordering.flush(op)
+        st.ordering.flush(op)
     except KernelFault as exc:
-        raise s.fault_seen(exc) from None
+        raise st.record_fault(exc) from None
 
 
-def _adopt_tensor(s: Any, x: Tensor, op: str) -> None:
+def _adopt_tensor(st: Any, x: Tensor, op: str) -> None:
     """Take a Tensor of another session on the same device, ordered after that session."""
-    if x.device != s.device:
-        raise wrong_device(op, x.device, s.device)
-    other = x.session
-    if other.is_open and other.stream not in s.ordering.in_order_with:
+    if x.device != st.device:
+        raise wrong_device(op, x.device, st.device)
+    other = x.state
+    if other.is_open and other.stream not in st.ordering.in_order_with:
         # The other session may still be writing it: order after its stream.
-        s.refuse_in_capture(op, "a Tensor of another open session needs an event")
-        _order_after(s, other.stream, op)
+        st.refuse_in_capture(op, "a Tensor of another open session needs an event")
+        _order_after(st, other.stream, op)
 
 
 def _span_import(cls: type, op: str) -> Any:
@@ -174,12 +174,12 @@ def _span_import(cls: type, op: str) -> Any:
     by_dtype: Any = None
     current_stream: Any = None
 
-    def span(s: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> Any:
+    def span(st: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> Any:
         nonlocal fast_kind, by_dtype, current_stream
-        if dtype is None and s.fast_path_ok and _get_ident() == s.thread:
+        if dtype is None and st.fast_path_ok and _get_ident() == st.thread:
             kind = x.__class__
             if kind is Tensor:
-                if x.session is s:
+                if x.state is st:
                     return x.span(cls)
             else:
                 if kind is not fast_kind:  # another class than the last: decided once each
@@ -199,20 +199,20 @@ def _span_import(cls: type, op: str) -> Any:
                             shape = x.shape
                     except Exception:
                         ok = False
-                    if ok and dev == s.device:
+                    if ok and dev == st.device:
                         ref = kept_get(id(x))
                         got = None if ref is None else ref()
                         # A kept span holds its tensor, so the id is still x's; what may have
                         # changed in place (set_, resize_, .data) is compared.
                         if got is None or got.ptr != ptr or got.shape != shape or \
-                                got.session is not s or got.scalar_type is not t:
-                            got = compact_span(s, cls, x, ptr, shape, t)
+                                got.state is not st or got.scalar_type is not t:
+                            got = compact_span(st, cls, x, ptr, shape, t)
                         if got is not None:
                             stream = current_stream(dev) or LEGACY
-                            if stream not in s.ordering.in_order_with:
-                                s.ordering.defer(stream)
+                            if stream not in st.ordering.in_order_with:
+                                st.ordering.defer(stream)
                             return got
-        return import_span(s, x, cls, dtype, allow_strided, op, defer=True)
+        return import_span(st, x, cls, dtype, allow_strided, op, defer=True)
 
     def forget() -> None:
         nonlocal fast_kind
@@ -243,7 +243,7 @@ tensor_mut.__doc__ = ("An exclusive, writable span; refuses producers that marke
                       "read-only.")
 
 
-def from_dlpack(s: Any, x: Any, *, writable: bool = False, dtype: Any = None,
+def from_dlpack(st: Any, x: Any, *, writable: bool = False, dtype: Any = None,
                 allow_strided: bool = False) -> TensorRef | TensorMut:
     """A span over ``x`` taken through DLPack even where x also has a CUDA Array Interface.
 
@@ -253,9 +253,5 @@ def from_dlpack(s: Any, x: Any, *, writable: bool = False, dtype: Any = None,
     refuses a capsule flagged READ_ONLY.
     """
     cls = TensorMut if writable else TensorRef
-    return import_span(s, x, cls, dtype, allow_strided, "session.from_dlpack", dlpack=True)
+    return import_span(st, x, cls, dtype, allow_strided, "session.from_dlpack", dlpack=True)
 
-
-def readonly(s: Any, span: Span) -> TensorRef:
-    """A read-only view of a span or Tensor of this session."""
-    return import_span(s, span, TensorRef, None, True, "session.readonly")

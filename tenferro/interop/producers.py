@@ -157,7 +157,7 @@ kept: dict[type, dict[int, weakref.ref]] = {TensorRef: {}, TensorMut: {}}
 KEPT_MAX = 1024  # entries a table
 
 
-def kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+def kept_compact(st: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
                  t: dtypes.ScalarType, nbytes: int, x: Any) -> Any:
     """The span of ``x`` last made for ``s`` if its fields are the ones just read, or a new one.
 
@@ -167,13 +167,13 @@ def kept_compact(s: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: t
     ref = table.get(id(x))
     if ref is not None:
         span = ref()
-        if span is not None and span.session is s and span.ptr == ptr and \
+        if span is not None and span.state is st and span.ptr == ptr and \
                 span.shape == shape and span.strides == strides and span.scalar_type is t:
             return span
-    return keep(table, id(x), cls.compact(ptr, shape, strides, t, nbytes, s.device, x, s))
+    return keep(table, id(x), cls.compact(ptr, shape, strides, t, nbytes, st.device, x, st))
 
 
-def compact_span(s: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
+def compact_span(st: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
                  t: dtypes.ScalarType) -> Any:
     """A new span of ``cls`` over the compact array ``x``, kept for it.
 
@@ -183,7 +183,7 @@ def compact_span(s: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
     if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
         return None
     return keep(kept[cls], id(x), cls.compact(ptr, layout[0], layout[1], t, layout[2],
-                                             s.device, x, s))
+                                             st.device, x, st))
 
 
 def keep(table: dict[int, weakref.ref], key: int, span: Any) -> Any:
