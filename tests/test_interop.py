@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from _stand_ins import ImportingSession
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,9 +163,9 @@ def dltensors(draw):
 def _craft(d):
     """A capsule over exactly the fields of ``d`` (and the buffer that holds them)."""
     ndim = d["ndim"]
-    head = dlpack.VERSIONED_HEAD.size if d["versioned"] else 0
-    tail = 0 if d["versioned"] else dlpack.LEGACY_TAIL.size
-    size = head + dlpack.DLTENSOR.size + tail
+    head = dlpack._VERSIONED_HEAD.size if d["versioned"] else 0
+    tail = 0 if d["versioned"] else dlpack._LEGACY_TAIL.size
+    size = head + dlpack._TENSOR.size + tail
     buf = ctypes.create_string_buffer(size + 16 * max(ndim, 1))
     base = ctypes.addressof(buf)
     shape_p, strides_p = base + size, base + size + 8 * ndim
@@ -172,14 +173,14 @@ def _craft(d):
         struct.pack_into(f"<{ndim}q", buf, size, *d["shape"])
     if d["strides"] is not None and ndim:
         struct.pack_into(f"<{ndim}q", buf, size + 8 * ndim, *d["strides"])
-    dlpack.DLTENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
+    dlpack._TENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
                              d["code"], d["bits"], d["lanes"], shape_p if ndim else 0,
                              strides_p if d["strides"] is not None and ndim else 0, d["offset"])
     deleter = d.get("deleter", 0)
     if d["versioned"]:
-        dlpack.VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, deleter, d["flags"])
+        dlpack._VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, deleter, d["flags"])
     else:
-        dlpack.LEGACY_TAIL.pack_into(buf, dlpack.DLTENSOR.size, 0, deleter)
+        dlpack._LEGACY_TAIL.pack_into(buf, dlpack._TENSOR.size, 0, deleter)
     return buf, _capsule_new(base, _NAMES[d["versioned"]], None)
 
 
@@ -395,44 +396,6 @@ class _Fields:
         self.stream = 7  # the producer's stream: the session's own unless changed
 
 
-class _ImportingSession:
-    """What `import_span` asks of a session on the direct path: its thread, device, stream;
-    the producer streams it was told to order after before its next kernel; what it holds."""
-
-    def __init__(self):
-        import threading
-
-        self.fast_path_ok, self.thread, self.device, self.stream = \
-            True, threading.get_ident(), 0, 7
-        self.ordering = self.liveness = self
-        self.pending, self.deferred, self.held, self.capturing = [], [], [], False
-        self.in_order_with = frozenset((7,))  # a non-blocking stream: ordered with itself only
-
-    def refuse_in_capture(self, op, why):
-        if self.capturing:
-            raise tf.RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
-
-    def check_use(self, op):  # off its fast path: capturing (let by), or closed and so on
-        if not self.capturing:
-            raise tf.RuntimeStateError(f"{op}: the session is closed")
-
-    # What a Tensor of this stand-in needs (tf.Tensor.allocate): its context and allocator.
-    context = property(lambda self: self)
-    is_open = True
-
-    def alloc_async(self, nbytes, stream, op):
-        return 0x8000
-
-    def take_block(self):  # no small blocks kept for reuse
-        return 0
-
-    def defer(self, stream):
-        self.deferred.append(stream)
-
-    def hold(self, owners):
-        self.held.append(owners)
-
-
 @pytest.fixture
 def direct_fields(monkeypatch):
     from tenferro.interop import producers
@@ -452,7 +415,7 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
 
     from tenferro.interop import imports
 
-    s, x = _ImportingSession(), _Fields(0x1000)
+    s, x = ImportingSession(), _Fields(0x1000)
     mut = imports.tensor_mut(s, x)
     assert imports.tensor_mut(s, x) is mut and (mut.ptr, mut.shape, mut.nbytes, mut.device) == \
         (0x1000, (4, 3), 48, 0)
@@ -475,7 +438,7 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
     assert imports.tensor_mut(s, x).strides == (4, 4)
     x.shape, x.type_name, x.strides = (4, 2), "f32", None
     resized = imports.tensor_mut(s, x)
-    other = _ImportingSession()
+    other = ImportingSession()
     theirs = imports.tensor_mut(other, x)
     assert theirs is not resized and theirs.session is other and resized.session is s
     gone, owner_gone = weakref.ref(theirs), weakref.ref(x)
@@ -488,7 +451,7 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
 def test_the_table_of_kept_spans_stays_bounded(direct_fields):
     from tenferro.interop import imports, producers
 
-    s = _ImportingSession()
+    s = ImportingSession()
     table = producers.kept[tf.TensorRef]  # a table a span class
     table.clear()
     held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX)]
@@ -505,7 +468,7 @@ def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the
         direct_fields, op):
     from tenferro.interop import imports
 
-    s, x = _ImportingSession(), _Fields(0x1000)
+    s, x = ImportingSession(), _Fields(0x1000)
     make = getattr(imports, op)
     with pytest.raises(tf.ValidationError, match=rf"^session\.{op}: dtype=f64 was asked but x "
                                                  r"is f32$"):
@@ -524,37 +487,12 @@ def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the
     assert s.deferred == [9] and s.held == []
 
 
-def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monkeypatch):
-    from tenferro import _driver
-    from tenferro.memory import memset
-
-    calls = []
-    monkeypatch.setattr(_driver, "memset_d8_async",
-                        lambda ptr, value, nbytes, stream, op: calls.append(
-                            (ptr, value, nbytes, stream, op)))
-    s = _ImportingSession()
-    f32 = dtypes.by_name("f32")
-    dst = tf.TensorMut(0x2000, (6,), (4,), f32, 0, None, s)
-    memset(s, dst)  # the default: zero
-    memset(s, dst, 255)  # the last byte value taken
-    memset(s, dst, np.uint8(1))
-    memset(s, tf.TensorMut(0x3000, (0,), (4,), f32, 0, None, s), 9)  # nothing to set
-    assert calls == [(0x2000, 0, 24, 7, "session.memset"), (0x2000, 255, 24, 7, "session.memset"),
-                     (0x2000, 1, 24, 7, "session.memset")]
-    (held,) = s.held[0]  # the span set, held until the stream passes
-    assert len(s.held) == 4 and (type(held), held.ptr, held.nbytes) == (tf.TensorMut, 0x2000, 24)
-    for bad in (256, -1):  # the first values refused on each side
-        with pytest.raises(tf.ValidationError, match=rf"^session\.memset: value={bad} must be"):
-            memset(s, dst, bad)
-    assert len(calls) == 3
-
-
 def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_path(
         direct_fields, monkeypatch):
     from tenferro.interop import imports
     from tenferro.spans import ADDRESS_END
 
-    s = _ImportingSession()
+    s = ImportingSession()
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's data pointer 0x1002 is "
                                                  r"not aligned to its 4-byte f32 elements"):
         imports.tensor(s, _Fields(0x1002))
@@ -579,7 +517,7 @@ def test_a_memory_operation_orders_after_a_producer_now_not_at_the_next_kernel(
 
     ordered = []
     monkeypatch.setattr(imports, "_order_after", lambda s, stream, op: ordered.append((stream, op)))
-    s, x = _ImportingSession(), _Fields(0x1000)
+    s, x = ImportingSession(), _Fields(0x1000)
     x.stream = 9
     imports.import_span(s, x, tf.TensorRef, None, False, "session.copy: src")
     assert ordered == [(9, "session.copy: src")] and s.deferred == []
@@ -613,7 +551,7 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
         if path.startswith("CAI"):
             x = cai(0x1000, (4, 3), "<f4", stream=producer)
             return imports.import_span(s, x, tf.TensorRef, None, False, op, defer="op" not in path)
-        other = _ImportingSession()
+        other = ImportingSession()
         other.stream = producer
         t = tf.Tensor.allocate(other, (4, 3), dtypes.by_name("f32"), "test")
         made.append(t)
@@ -626,7 +564,7 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
         assert all(sess is s and op == "session.copy: src" for sess, _, op in ordered)
         return [stream for _, stream, _ in ordered] + s.deferred
 
-    s = _ImportingSession()
+    s = ImportingSession()
     s.in_order_with = frozenset((7, 1))  # the session's own stream is blocking
     assert orders(s, 1) == []
     assert orders(s, 9) == [9]
@@ -638,7 +576,7 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
     with pytest.raises(tf.RuntimeStateError, match=r"^session\.\w+(: src)?: not allowed during "
                                                    rf"s\.capture\(\): {re.escape(why)}$"):
         span_from(s, 9)
-    s = _ImportingSession()  # a non-blocking session stream
+    s = ImportingSession()  # a non-blocking session stream
     assert orders(s, 1) == [1]
     assert orders(s, 7) == []
     for t in made:
@@ -666,7 +604,7 @@ def foreign_reads(monkeypatch):
 def test_a_foreign_span_is_what_the_producer_describes_for_this_session(cai, foreign_reads):
     from tenferro.interop import imports
 
-    s = _ImportingSession()
+    s = ImportingSession()
     s.device = 3
     x = cai(0x1000, (4, 3), "<f4", stream=7)
     op = "session.copy: src"
@@ -701,7 +639,7 @@ def test_a_strided_foreign_span_is_checked_on_both_sides(cai, foreign_reads, sha
                                                          cls, refused):
     from tenferro.interop import imports
 
-    s = _ImportingSession()
+    s = ImportingSession()
     ptr = (24 if shape == (2, 3) else 40) if strides[0] < 0 else 0x1000
     x = cai(ptr, shape, "<f4", strides=strides, stream=7)
     op = "session.tensor"
@@ -717,7 +655,7 @@ def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_re
     from tenferro.interop import imports
     from tenferro.spans import ADDRESS_END
 
-    s = _ImportingSession()
+    s = ImportingSession()
     op = "session.tensor"
     last = imports.import_span(s, cai(ADDRESS_END - 16, (4,), "<f4", stream=7), tf.TensorRef,
                                None, False, op)
@@ -738,7 +676,7 @@ def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_re
 def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
     from tenferro.interop import imports
 
-    s, other = _ImportingSession(), _ImportingSession()
+    s, other = ImportingSession(), ImportingSession()
     other.device = 1
     f32 = dtypes.by_name("f32")
     t = tf.Tensor.allocate(s, (4, 3), f32, "test")
@@ -813,7 +751,7 @@ def fake_torch(monkeypatch):
 def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torch, op):
     from tenferro.interop import imports, producers
 
-    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    s, x = ImportingSession(), _TorchTensor(0x1000)
     make = getattr(imports, op)
     span = make(s, x)
     cls = tf.TensorRef if op == "tensor" else tf.TensorMut
@@ -830,7 +768,7 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
         assert again is not span and (again.ptr, again.shape, again.scalar_type.name) == \
             (x.ptr, x.shape, "i32" if x.dtype == "int32" else "f32")
         span = again
-    other = _ImportingSession()
+    other = ImportingSession()
     assert make(other, x).session is other and make(s, x).session is s
 
 
@@ -845,7 +783,7 @@ def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
         fake_torch, monkeypatch, change, value, msg):
     from tenferro.interop import imports, producers
 
-    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    s, x = ImportingSession(), _TorchTensor(0x1000)
     setattr(x, change, value)
     handed = []
     general = imports.import_span
@@ -860,7 +798,7 @@ def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
 def test_tensors_and_parameters_in_turn_both_take_the_one_call(fake_torch, monkeypatch):
     from tenferro.interop import imports
 
-    s = _ImportingSession()
+    s = ImportingSession()
     x, w = _TorchTensor(0x1000), fake_torch.nn.Parameter(0x2000)
     spans = [imports.tensor(s, x), imports.tensor(s, w)]
     monkeypatch.setattr(imports, "import_span", lambda *a, **k: "general")
@@ -872,7 +810,7 @@ def test_tensors_and_parameters_in_turn_both_take_the_one_call(fake_torch, monke
 def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch, monkeypatch):
     from tenferro.interop import imports
 
-    s = _ImportingSession()
+    s = ImportingSession()
     monkeypatch.setattr(imports, "import_span", lambda *a, **k: "general")
     make = imports.tensor
     last = _TorchTensor((1 << 64) - 48)  # its last byte is the address space's last
@@ -892,7 +830,7 @@ def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch, monke
 def test_a_torch_tensor_off_the_fast_path_goes_through_the_checks(fake_torch):
     from tenferro.interop import imports
 
-    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    s, x = ImportingSession(), _TorchTensor(0x1000)
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor_mut: dtype=f64 was asked "
                                                  r"but x is f32$"):
         imports.tensor_mut(s, x, np.float64)
@@ -975,7 +913,7 @@ def test_torchs_public_stream_query_serves_where_the_raw_one_is_missing(fake_tor
 def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkeypatch):
     from tenferro.interop import imports, producers
 
-    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    s, x = ImportingSession(), _TorchTensor(0x1000)
     span = imports.tensor(s, x)
     made = []
     monkeypatch.setattr(producers, "kept_compact", lambda *a: made.append(a))
@@ -986,7 +924,7 @@ def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkey
 def test_a_torch_tensors_read_only_and_writable_spans_are_kept_apart(fake_torch):
     from tenferro.interop import imports, producers
 
-    s, x = _ImportingSession(), _TorchTensor(0x1000)
+    s, x = ImportingSession(), _TorchTensor(0x1000)
     ref, mut = imports.tensor(s, x), imports.tensor_mut(s, x)
     assert type(ref) is tf.TensorRef and type(mut) is tf.TensorMut
     assert imports.tensor(s, x) is ref and imports.tensor_mut(s, x) is mut  # each its own

@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+from _stand_ins import ImportingSession
 
 import tenferro as tf
+from tenferro import dtypes
 
 
 def test_tensor_is_made_by_a_session_only():
@@ -334,6 +336,31 @@ def test_memset_refuses_a_value_that_is_not_a_byte_before_it_reads_the_destinati
     with pytest.raises(tf.ValidationError, match=r"^session\.memset: value=.* must be a byte "
                                                  r"value, an int from 0 to 255"):
         memset(_Untouched(), _Untouched(), bad)
+
+
+def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monkeypatch):
+    from tenferro import _driver
+    from tenferro.tensor import memset
+
+    calls = []
+    monkeypatch.setattr(_driver, "memset_d8_async",
+                        lambda ptr, value, nbytes, stream, op: calls.append(
+                            (ptr, value, nbytes, stream, op)))
+    s = ImportingSession()
+    f32 = dtypes.by_name("f32")
+    dst = tf.TensorMut(0x2000, (6,), (4,), f32, 0, None, s)
+    memset(s, dst)  # the default: zero
+    memset(s, dst, 255)  # the last byte value taken
+    memset(s, dst, np.uint8(1))
+    memset(s, tf.TensorMut(0x3000, (0,), (4,), f32, 0, None, s), 9)  # nothing to set
+    assert calls == [(0x2000, 0, 24, 7, "session.memset"), (0x2000, 255, 24, 7, "session.memset"),
+                     (0x2000, 1, 24, 7, "session.memset")]
+    (held,) = s.held[0]  # the span set, held until the stream passes
+    assert len(s.held) == 4 and (type(held), held.ptr, held.nbytes) == (tf.TensorMut, 0x2000, 24)
+    for bad in (256, -1):  # the first values refused on each side
+        with pytest.raises(tf.ValidationError, match=rf"^session\.memset: value={bad} must be"):
+            memset(s, dst, bad)
+    assert len(calls) == 3
 
 
 class _Memory:
