@@ -475,12 +475,12 @@ def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: st
     with cuda.gpus[state.device]:  # numba's handle on the same primary context
         kern = dispatcher.compile(argtypes)
         kern.bind()
-        cufunc = kern._codelibrary.get_cufunc()
+        cufunc = kern.library.get_cufunc()
     if getattr(kern, "launch_config_sensitive", False):
         raise ValidationError(f"{op}: numba kernel {name!r} is compiled per launch "
                               "configuration; s.launch cannot launch it")
     specs, psig = numba_layout(tuple(kern.signature.args), name, op)
-    writes = written_arrays(kern._type_annotation, len(specs))
+    writes = written_arrays(kern.type_annotation, len(specs))
     param_block = NumbaParamBlock(name, specs, psig, writes)
     handle = _driver.kernel_function(int(cufunc.handle), op)
     return Function(_NumbaModule(state, kern), name, handle, psig, param_block,

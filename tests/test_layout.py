@@ -15,14 +15,12 @@ def _sources():
     for root, prefix in ((PACKAGE, ""), (KERNELS, "kernels/")):
         for path in sorted(root.rglob("*.py")):
             yield prefix + str(path.relative_to(root)), path
-# numba-cuda's private kernel layout, read in the one module the design gives it to (its range
-# is pinned in pyproject.toml and tested on upgrades), and torch's raw current-stream query
-# (0.2 us against 8 for torch.cuda.current_stream), in the one module that reads torch tensors
-# (checked against the public answer on the GPU): no other module may reach into anything.
-# Session keeps its parts' shared state in ``_state``: session.py alone reads it, to hand it to
-# the parts and, through `state_of`, to the layers above Session (ready kernels, torch ops).
-PRIVATE_READS = {"numba_kernels.py": {"kern._codelibrary", "kern._type_annotation"},
-                 "interop/producers.py": {"torch._C", "torch._C._cuda_getCurrentRawStream"},
+# torch's raw current-stream query (0.2 us against 8 for torch.cuda.current_stream), in the one
+# module that reads torch tensors (checked against the public answer on the GPU), and Session's
+# ``_state``, which session.py alone reads, to hand it to the parts and, through `state_of`, to
+# the layers above Session (ready kernels, torch ops): no other module may reach into anything.
+# numba_kernels.py reads a compiled kernel through its `library` and `type_annotation`.
+PRIVATE_READS = {"interop/producers.py": {"torch._C", "torch._C._cuda_getCurrentRawStream"},
                  "session.py": {"session._state"}}
 
 
