@@ -6,8 +6,11 @@ import time
 
 import numpy as np
 
-from . import Session, ValidationError, cache_stats, f32, u32
+from .args import f32, u32
+from .compiler import cache_stats
+from .errors import ValidationError
 from .launch_config import LaunchConfig
+from .session import Session
 
 __all__ = ["run_demo"]
 

@@ -17,7 +17,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from . import CompiledCuda, CompileError, Session, ValidationError, compile_cuda
+from .compiler import CompiledCuda, compile_cuda
+from .errors import CompileError, ValidationError
+from .session import Session
 from .variables import by_c_name
 
 __all__ = ["CellCompileError", "CellLineError", "CudaCell", "load_ipython_extension",

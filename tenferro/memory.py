@@ -3,7 +3,7 @@
 Each checks its arguments and the session's state, enqueues the driver's copy or fill on the
 session's stream and hands what the work reads or writes to the session's liveness, so that it
 stays alive until the stream has passed it. Sources and destinations other than the session's
-own Tensors are imported as spans first (`tenferro.interop.imports`), with every check a span
+own Tensors are imported as spans first (`tenferro.span_import`), with every check a span
 makes.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 from . import _driver, dtypes
 from .dtypes import is_int as _is_int
 from .errors import RuntimeStateError, ValidationError
-from .interop.imports import import_span
 from .interop.streams import order_after
+from .span_import import import_span
 from .spans import ADDRESS_END as _ADDRESS_END
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 from .tensor import Tensor

@@ -1,7 +1,7 @@
 """`Session`: one device's primary context and one stream, in a ``with`` block, on one thread.
 
 Session is the user's surface and nothing else: each method is a short delegate to the part
-that owns the work (`tenferro.memory`, `tenferro.interop.imports`, `tenferro.module`,
+that owns the work (`tenferro.memory`, `tenferro.span_import`, `tenferro.module`,
 `tenferro.launch`, `tenferro.graph`, ...), handed the session's `SessionState`, which holds
 what those parts share.
 """
@@ -27,13 +27,14 @@ from . import (
     profiling,
     resources,
     scope,
+    span_import,
 )
 from . import timeline as timelines
 from ._state import FENCE_BYTES, FENCE_EVERY, SessionState
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .events import Event
 from .graph import Capture, Graph
-from .interop import imports, stream_value
+from .interop import stream_value
 from .launch import BoundLaunch
 from .launch_config import LaunchConfig
 from .module import Function, Module
@@ -162,11 +163,11 @@ class Session:
 
         ``dtype`` is the dtype ``x`` must have; ``allow_strided`` admits non-compact strides.
         """
-        return imports.tensor(self._state, x, dtype, allow_strided=allow_strided)
+        return span_import.tensor(self._state, x, dtype, allow_strided=allow_strided)
 
     def tensor_mut(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
         """An exclusive, writable span; refuses producers that marked their array read-only."""
-        return imports.tensor_mut(self._state, x, dtype, allow_strided=allow_strided)
+        return span_import.tensor_mut(self._state, x, dtype, allow_strided=allow_strided)
 
     @_reports_faults
     def alloc_output(self, shape: int | tuple[int, ...], dtype: Any) -> Tensor:
@@ -343,7 +344,7 @@ def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = Fals
     elif not isinstance(session, Session):
         raise ValidationError(f"{op}: session must be a tf.Session, got "
                               f"{type(session).__name__}")
-    return imports.from_dlpack(session._state, x, writable=writable, dtype=dtype,
+    return span_import.from_dlpack(session._state, x, writable=writable, dtype=dtype,
                                allow_strided=allow_strided)
 
 

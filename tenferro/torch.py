@@ -37,11 +37,11 @@ except ImportError as exc:  # pragma: no cover - the message is what a user with
     raise ImportError("tenferro.torch needs PyTorch (pip install torch); the rest of tenferro "
                       "works without it") from exc
 
-from . import Session, _driver, scope  # Session as the package gives it, as jupyter takes it
+from . import _driver, scope
 from .errors import ValidationError
 from .graph import captured_elsewhere
 from .interop.producers import torch_current_stream
-from .session import state_of
+from .session import Session, state_of
 
 __all__ = ["close_sessions", "op", "session_for"]
 

@@ -113,9 +113,9 @@ def dltensors(draw):
 def _craft(d):
     """A capsule over exactly the fields of ``d`` (and the buffer that holds them)."""
     ndim = d["ndim"]
-    head = dlpack._VERSIONED_HEAD.size if d["versioned"] else 0
-    tail = 0 if d["versioned"] else dlpack._LEGACY_TAIL.size
-    size = head + dlpack._TENSOR.size + tail
+    head = dlpack.VERSIONED_HEAD.size if d["versioned"] else 0
+    tail = 0 if d["versioned"] else dlpack.LEGACY_TAIL.size
+    size = head + dlpack.DLTENSOR.size + tail
     buf = ctypes.create_string_buffer(size + 16 * max(ndim, 1))
     base = ctypes.addressof(buf)
     shape_p, strides_p = base + size, base + size + 8 * ndim
@@ -123,14 +123,14 @@ def _craft(d):
         struct.pack_into(f"<{ndim}q", buf, size, *d["shape"])
     if d["strides"] is not None and ndim:
         struct.pack_into(f"<{ndim}q", buf, size + 8 * ndim, *d["strides"])
-    dlpack._TENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
+    dlpack.DLTENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
                              d["code"], d["bits"], d["lanes"], shape_p if ndim else 0,
                              strides_p if d["strides"] is not None and ndim else 0, d["offset"])
     deleter = d.get("deleter", 0)
     if d["versioned"]:
-        dlpack._VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, deleter, d["flags"])
+        dlpack.VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, deleter, d["flags"])
     else:
-        dlpack._LEGACY_TAIL.pack_into(buf, dlpack._TENSOR.size, 0, deleter)
+        dlpack.LEGACY_TAIL.pack_into(buf, dlpack.DLTENSOR.size, 0, deleter)
     return buf, _capsule_new(base, _NAMES[d["versioned"]], None)
 
 

@@ -208,6 +208,7 @@ def test_the_last_sessions_table_is_forgotten_at_its_synchronize():
 
     class Stand:  # what function() asks of a session holding a looked-up Function
         is_open = True
+        _state = property(lambda self: self)  # its state, as state_of reads it
 
         def __init__(self):
             self.liveness = Liveness()
@@ -233,8 +234,9 @@ def test_the_last_sessions_table_is_forgotten_at_its_synchronize():
 
 
 def test_a_plan_is_made_once_a_session_and_the_table_stays_bounded():
-    class Stand:  # what the session's table asks of a session
+    class Stand:  # what the session's table asks of a session, and of its state (itself)
         is_open = True
+        _state = property(lambda self: self)
 
         def __init__(self):
             self.liveness, self.caches = self, []

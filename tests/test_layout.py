@@ -130,3 +130,106 @@ def test_the_ready_kernels_are_tenferro_kernels_from_the_top_level_directory():
     import tenferro.kernels
 
     assert pathlib.Path(tenferro.kernels.__file__).parent == PACKAGE.parent / "kernels"
+
+
+def _module_name(name, path):
+    """``tenferro.x.y`` for a source of `_sources` (``kernels/...`` is tenferro.kernels)."""
+    parts = list(pathlib.PurePosixPath(name).with_suffix("").parts)
+    if parts[0] == "kernels":
+        parts = ["kernels", *parts[1:]]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["tenferro", *parts])
+
+
+def _imports(name, path):
+    """(line, module imported, names taken) of every import of ``path``, lazy ones included."""
+    me = _module_name(name, path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.append((node.lineno, base, tuple(a.name for a in node.names)))
+    return found
+
+
+def _graph():
+    """Module -> the package modules it imports (a name that is a submodule counts as it)."""
+    modules = {_module_name(n, p): p for n, p in _sources()}
+    graph = {}
+    for name, path in _sources():
+        me = _module_name(name, path)
+        edges = set()
+        for _, base, names in _imports(name, path):
+            if not base.startswith("tenferro"):
+                continue
+            subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+            edges.update(subs or [base])
+            if len(subs) < len(names) and base in modules:
+                edges.add(base)  # names the package itself gives
+        edges.discard(me)
+        graph[me] = edges & set(modules)
+    return graph
+
+
+def _circles(graph):
+    """Every cycle's modules (strongly connected components with more than one module)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles_lazy_imports_included():
+    # Dependencies point one way: an import inside a function is an import all the same.
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    # `from x import _name` reaches into x as `x._name` would; a private module (`_driver`,
+    # `_liveness`) is a seam the package lists, and may be imported.
+    modules = {_module_name(n, p) for n, p in _sources()}
+    found = {}
+    for name, path in _sources():
+        for line, base, names in _imports(name, path):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")
+                       and f"{base}.{n}" not in modules]
+            if base.startswith("tenferro") and private:
+                found.setdefault(name, []).append((line, base, private))
+    assert found == {}, found

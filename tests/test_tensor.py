@@ -340,7 +340,7 @@ def test_memset_refuses_a_value_that_is_not_a_byte_before_it_reads_the_destinati
 
 def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monkeypatch):
     from tenferro import _driver
-    from tenferro.tensor import memset
+    from tenferro.memory import memset
 
     calls = []
     monkeypatch.setattr(_driver, "memset_d8_async",

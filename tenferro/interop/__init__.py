@@ -2,11 +2,11 @@
 
 Imports read torch tensors and CuPy arrays through their own fields (`producers`), and any
 other producer's array into a `Foreign` record (`read_foreign`: DLPack first, the CUDA Array
-Interface otherwise; `check_memory` for the device); `imports` turns either into a checked
-span. Exports are ``Tensor.__dlpack__`` (`export`) and its CUDA Array Interface. Stream values
-follow one rule (`stream_value`), a stream is ordered after another one way (`order_after`),
-and spans made for a launch leave their producer's stream to the session's `StreamOrdering`;
-see `tenferro.interop.streams`.
+Interface otherwise; `check_memory` for the device); `tenferro.span_import` turns either into
+a checked span of a session. Exports are ``Tensor.__dlpack__`` (`export`) and its CUDA Array
+Interface. Stream values follow one rule (`stream_value`), a stream is ordered after another
+one way (`order_after`), and spans made for a launch leave their producer's stream to the
+session's `StreamOrdering`; see `tenferro.interop.streams`.
 """
 
 from .cai import read_cai

@@ -32,7 +32,7 @@ Reader = Callable[[Any, int, str], "Direct | None"]
 readers: dict[type, Reader | None] = {}
 
 # Per array class: (torch dtype -> scalar type, device -> torch's current stream) for the
-# one-call span of `imports`, or None where `import_span` serves.
+# one-call span of `tenferro.span_import`, or None where `import_span` serves.
 TorchFast = tuple[dict[Any, dtypes.ScalarType], Callable[[int], int]]
 fast_spans: dict[type, TorchFast | None] = {}
 
@@ -152,7 +152,7 @@ def _cupy_reader(cupy: Any) -> Reader:
 # The compact span last made of a directly read array, per span class and array id, kept
 # weakly: the same torch tensor given again with the same fields gets the same span object,
 # so a launch given the very objects of its previous call packs nothing again. Each table is
-# made once (the span imports of `imports` bind it) and cleared in place.
+# made once (the span imports of `tenferro.span_import` bind it) and cleared in place.
 kept: dict[type, dict[int, weakref.ref]] = {TensorRef: {}, TensorMut: {}}
 KEPT_MAX = 1024  # entries a table
 

@@ -1,4 +1,4 @@
-"""The span import (tenferro.interop.imports): s.tensor / s.tensor_mut / import_span on the
+"""The span import (tenferro.span_import): s.tensor / s.tensor_mut / import_span on the
 direct, one-call (torch) and foreign paths, with stand-in sessions and producers."""
 
 import re
@@ -61,7 +61,7 @@ def direct_fields(monkeypatch):
 def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same(direct_fields):
     import weakref
 
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s, x = ImportingSession(), _Fields(0x1000)
     mut = imports.tensor_mut(s, x)
@@ -88,7 +88,7 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
     resized = imports.tensor_mut(s, x)
     other = ImportingSession()
     theirs = imports.tensor_mut(other, x)
-    assert theirs is not resized and theirs.session is other and resized.session is s
+    assert theirs is not resized and theirs.state is other and resized.state is s
     gone, owner_gone = weakref.ref(theirs), weakref.ref(x)
     del mut, moved, resized, theirs, ref, retyped, strided
     assert gone() is None  # the table keeps spans weakly
@@ -97,7 +97,8 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
 
 
 def test_the_table_of_kept_spans_stays_bounded(direct_fields):
-    from tenferro.interop import imports, producers
+    from tenferro import span_import as imports
+    from tenferro.interop import producers
 
     s = ImportingSession()
     table = producers.kept[tf.TensorRef]  # a table a span class
@@ -114,7 +115,7 @@ def test_the_table_of_kept_spans_stays_bounded(direct_fields):
 @pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
 def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the_kernel(
         direct_fields, op):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s, x = ImportingSession(), _Fields(0x1000)
     make = getattr(imports, op)
@@ -137,7 +138,7 @@ def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the
 
 def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_path(
         direct_fields, monkeypatch):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
     from tenferro.spans import ADDRESS_END
 
     s = ImportingSession()
@@ -161,7 +162,7 @@ def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_pat
 
 def test_a_memory_operation_orders_after_a_producer_now_not_at_the_next_kernel(
         direct_fields, monkeypatch):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     ordered = []
     monkeypatch.setattr(imports, "_order_after", lambda s, stream, op: ordered.append((stream, op)))
@@ -178,7 +179,7 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
     # A blocking session stream and the legacy default stream (torch's default) wait for each
     # other in the driver: an import from the legacy stream needs no event, also in a capture.
     # Any other stream still gets one, and the legacy stream gets one on a non-blocking stream.
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     ordered = []  # (session, stream, operation) of each ordering made at once
     monkeypatch.setattr(imports, "_order_after",
@@ -234,7 +235,7 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
 @pytest.fixture
 def foreign_reads(monkeypatch):
     """`import_span`'s foreign path on the CPU: its calls of read_foreign and check_memory."""
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     calls = []
     real = imports.read_foreign
@@ -250,7 +251,7 @@ def foreign_reads(monkeypatch):
 
 
 def test_a_foreign_span_is_what_the_producer_describes_for_this_session(cai, foreign_reads):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s = ImportingSession()
     s.device = 3
@@ -260,14 +261,14 @@ def test_a_foreign_span_is_what_the_producer_describes_for_this_session(cai, for
     assert foreign_reads == [("read", 7, 3, False, op, {"dlpack_only": False}),
                              ("check", 0x1000, 3, op)]
     assert (type(span), span.ptr, span.shape, span.strides, span.device, span.owner,
-            span.session, span.producer_readonly) == \
+            span.state, span.producer_readonly) == \
         (tf.TensorMut, 0x1000, (4, 3), (12, 4), 3, x, s, False)
     ro = cai(0x2000, (4,), "<f4", readonly=True, stream=7)
     with pytest.raises(tf.ValidationError, match=r"^session\.copy: src: x is read-only \(its "
                                                  r"producer says so\); use s\.tensor\(x\)"):
         imports.import_span(s, ro, tf.TensorMut, None, False, op)
     ref = imports.import_span(s, ro, tf.TensorRef, None, False, op)
-    assert ref.producer_readonly and ref.owner is ro and ref.session is s
+    assert ref.producer_readonly and ref.owner is ro and ref.state is s
     with pytest.raises(tf.ValidationError, match=r"^session\.copy: src: 'no such dtype' is "
                                                  r"not a dtype"):
         imports.import_span(s, x, tf.TensorRef, "no such dtype", False, op)
@@ -285,7 +286,7 @@ def test_a_foreign_span_is_what_the_producer_describes_for_this_session(cai, for
 ])
 def test_a_strided_foreign_span_is_checked_on_both_sides(cai, foreign_reads, shape, strides,
                                                          cls, refused):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s = ImportingSession()
     ptr = (24 if shape == (2, 3) else 40) if strides[0] < 0 else 0x1000
@@ -300,7 +301,7 @@ def test_a_strided_foreign_span_is_checked_on_both_sides(cai, foreign_reads, sha
 
 
 def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_reads):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
     from tenferro.spans import ADDRESS_END
 
     s = ImportingSession()
@@ -322,7 +323,7 @@ def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_re
 
 
 def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s, other = ImportingSession(), ImportingSession()
     other.device = 1
@@ -372,8 +373,9 @@ def fake_torch(monkeypatch):
     stream is ``fake_torch.stream``; the readers' decisions per class start empty."""
     import types
 
+    from tenferro import span_import as imports
     from tenferro import spans
-    from tenferro.interop import imports, producers
+    from tenferro.interop import producers
 
     torch = types.SimpleNamespace(**{n: n for n in ("float32", "float64", "int32", "bool")})
     torch.Tensor = _TorchTensor
@@ -397,7 +399,8 @@ def fake_torch(monkeypatch):
 
 @pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
 def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torch, op):
-    from tenferro.interop import imports, producers
+    from tenferro import span_import as imports
+    from tenferro.interop import producers
 
     s, x = ImportingSession(), _TorchTensor(0x1000)
     make = getattr(imports, op)
@@ -417,7 +420,7 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
             (x.ptr, x.shape, "i32" if x.dtype == "int32" else "f32")
         span = again
     other = ImportingSession()
-    assert make(other, x).session is other and make(s, x).session is s
+    assert make(other, x).state is other and make(s, x).state is s
 
 
 @pytest.mark.parametrize(("change", "value", "msg"), [
@@ -429,7 +432,8 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
 ])
 def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
         fake_torch, monkeypatch, change, value, msg):
-    from tenferro.interop import imports, producers
+    from tenferro import span_import as imports
+    from tenferro.interop import producers
 
     s, x = ImportingSession(), _TorchTensor(0x1000)
     setattr(x, change, value)
@@ -444,7 +448,7 @@ def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
 
 
 def test_tensors_and_parameters_in_turn_both_take_the_one_call(fake_torch, monkeypatch):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s = ImportingSession()
     x, w = _TorchTensor(0x1000), fake_torch.nn.Parameter(0x2000)
@@ -456,7 +460,7 @@ def test_tensors_and_parameters_in_turn_both_take_the_one_call(fake_torch, monke
 
 
 def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch, monkeypatch):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s = ImportingSession()
     monkeypatch.setattr(imports, "import_span", lambda *a, **k: "general")
@@ -476,7 +480,7 @@ def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch, monke
 
 
 def test_a_torch_tensor_off_the_fast_path_goes_through_the_checks(fake_torch):
-    from tenferro.interop import imports
+    from tenferro import span_import as imports
 
     s, x = ImportingSession(), _TorchTensor(0x1000)
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor_mut: dtype=f64 was asked "
@@ -562,7 +566,8 @@ def test_torchs_public_stream_query_serves_where_the_raw_one_is_missing(fake_tor
 
 
 def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkeypatch):
-    from tenferro.interop import imports, producers
+    from tenferro import span_import as imports
+    from tenferro.interop import producers
 
     s, x = ImportingSession(), _TorchTensor(0x1000)
     span = imports.tensor(s, x)
@@ -573,7 +578,8 @@ def test_a_torch_span_given_again_is_found_without_making_one(fake_torch, monkey
 
 
 def test_a_torch_tensors_read_only_and_writable_spans_are_kept_apart(fake_torch):
-    from tenferro.interop import imports, producers
+    from tenferro import span_import as imports
+    from tenferro.interop import producers
 
     s, x = ImportingSession(), _TorchTensor(0x1000)
     ref, mut = imports.tensor(s, x), imports.tensor_mut(s, x)

@@ -13,13 +13,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .. import dtypes
-from ..errors import KernelFault, ValidationError, wrong_device
-from ..spans import ADDRESS_END as _ADDRESS_END
-from ..spans import DeviceBytes, Span, TensorMut, TensorRef
-from ..tensor import Tensor
-from .foreign import check_memory, read_foreign
-from .producers import (
+from . import dtypes
+from .errors import KernelFault, ValidationError, wrong_device
+from .interop.foreign import check_memory, read_foreign
+from .interop.producers import (
     compact_span,
     direct_reader,
     fast_span,
@@ -28,7 +25,10 @@ from .producers import (
     kept_compact,
     readers,
 )
-from .streams import LEGACY, order_after
+from .interop.streams import LEGACY, order_after
+from .spans import ADDRESS_END as _ADDRESS_END
+from .spans import DeviceBytes, Span, TensorMut, TensorRef
+from .tensor import Tensor
 
 __all__ = ["forget_fast_paths", "from_dlpack", "import_span", "tensor", "tensor_mut"]
 
