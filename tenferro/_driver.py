@@ -194,6 +194,7 @@ class PrimaryContext:
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
         self._device = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+        self.device_handle = int(self._device)
         self._context = _check("cuDevicePrimaryCtxRetain",
                                _cu.cuDevicePrimaryCtxRetain(self._device))
         self.handle = int(self._context)
@@ -451,10 +452,11 @@ def enable_peer_access(ctx: PrimaryContext, peer: PrimaryContext, op: str) -> bo
     key = (ctx.ordinal, peer.ordinal)
     if ctx.ordinal == peer.ordinal or key in _peer_enabled:
         return True
-    can = _check("cuDeviceCanAccessPeer", _cu.cuDeviceCanAccessPeer(ctx.cu_device, peer.cu_device))
+    can = _check("cuDeviceCanAccessPeer", _cu.cuDeviceCanAccessPeer(
+        _cu.CUdevice(ctx.device_handle), _cu.CUdevice(peer.device_handle)))
     if not can:
         return False
-    err = _cu.cuCtxEnablePeerAccess(peer.cu_context, 0)[0]
+    err = _cu.cuCtxEnablePeerAccess(_cu.CUcontext(peer.handle), 0)[0]
     if err not in (_cu.CUresult.CUDA_SUCCESS,
                    _cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
         raise _fail(op, err)

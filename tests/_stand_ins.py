@@ -52,3 +52,41 @@ class ImportingSession:
 
     def hold(self, owners):
         self.held.append(owners)
+
+
+class TwoDevices:
+    """cuda.bindings' driver for two stand-in devices, as far as their primary contexts, pushing
+    them and peer access between them ask it; real `PrimaryContext`s are made from it.
+
+    Device ``n`` has the device handle 0xD0 + n and the primary context 0xC0 + n. ``peers``
+    holds the (device, peer) handle pairs cuDeviceCanAccessPeer allows, ``enable_result`` is
+    what cuCtxEnablePeerAccess returns, and ``asked`` records those calls and the pushes and
+    pops in order. The process's record of enabled pairs starts empty and is put back after.
+    """
+
+    def __init__(self, monkeypatch):
+        from cuda.bindings import driver as cu
+
+        from tenferro import _driver
+
+        ok = cu.CUresult.CUDA_SUCCESS
+        self.peers = {(0xD0, 0xD1), (0xD1, 0xD0)}
+        self.enable_result = ok
+        self.asked = []
+        calls = {
+            "cuDeviceGet": lambda n: (ok, cu.CUdevice(0xD0 + n)),
+            "cuDevicePrimaryCtxRetain": lambda dev: (ok, cu.CUcontext(int(dev) - 0xD0 + 0xC0)),
+            "cuDeviceGetName": lambda size, dev: (ok, b"Stand-in GPU\0"),
+            "cuMemPoolCreate": lambda props: (ok, cu.CUmemoryPool(0x9000 + props.location.id)),
+            "cuMemPoolSetAttribute": lambda pool, attr, value: (ok,),
+            "cuCtxPushCurrent": lambda ctx: self.asked.append(("push", int(ctx))) or (ok,),
+            "cuCtxPopCurrent": lambda: self.asked.append(("pop",)) or (ok, cu.CUcontext(0)),
+            "cuDeviceCanAccessPeer": lambda dev, peer: self.asked.append(
+                ("can", int(dev), int(peer))) or (ok, int((int(dev), int(peer)) in self.peers)),
+            "cuCtxEnablePeerAccess": lambda ctx, flags: self.asked.append(
+                ("enable", int(ctx), flags)) or (self.enable_result,),
+        }
+        for name, call in calls.items():
+            monkeypatch.setattr(cu, name, call)
+        monkeypatch.setattr(_driver, "_peer_enabled", set())
+        self.contexts = (_driver.PrimaryContext(0), _driver.PrimaryContext(1))

@@ -221,3 +221,43 @@ def test_the_driver_gives_a_kernels_parameter_layout(session):
     except Exception:  # a driver without it: the probe is the way
         has_count = False
     print(f"cuFuncGetParamCount available: {has_count}")
+
+
+def test_peer_access_is_asked_once_a_pair_and_enabled_on_the_peers_context(monkeypatch):
+    from _stand_ins import TwoDevices
+    from cuda.bindings import driver as cu
+
+    devices = TwoDevices(monkeypatch)
+    c0, c1 = devices.contexts
+    op = "session.copy_peer"
+    assert _driver.enable_peer_access(c0, c0, op) is True and devices.asked == []  # one device
+    assert _driver.enable_peer_access(c0, c1, op) is True
+    assert devices.asked == [("can", 0xD0, 0xD1), ("enable", 0xC1, 0)]
+    assert _driver.enable_peer_access(c0, c1, op) is True and len(devices.asked) == 2  # kept
+    devices.asked.clear()
+    # the other way is a pair of its own; enabled already (by another library) is enabled
+    devices.enable_result = cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+    assert _driver.enable_peer_access(c1, c0, op) is True
+    assert devices.asked == [("can", 0xD1, 0xD0), ("enable", 0xC0, 0)]
+
+
+def test_peer_access_the_hardware_lacks_is_false_and_a_refusal_names_the_operation(monkeypatch):
+    from _stand_ins import TwoDevices
+    from cuda.bindings import driver as cu
+
+    devices = TwoDevices(monkeypatch)
+    c0, c1 = devices.contexts
+    op = "session.copy_peer"
+    devices.peers = set()  # the driver stages the copies
+    assert _driver.enable_peer_access(c0, c1, op) is False
+    assert _driver.enable_peer_access(c0, c1, op) is False
+    assert devices.asked == [("can", 0xD0, 0xD1)] * 2  # not kept: asked each time
+    devices.asked.clear()
+    devices.peers = {(0xD0, 0xD1)}
+    devices.enable_result = cu.CUresult.CUDA_ERROR_TOO_MANY_PEERS
+    with pytest.raises(tf.BackendError, match=r"^session\.copy_peer: the driver returned "
+                                              r"CUDA_ERROR_TOO_MANY_PEERS$"):
+        _driver.enable_peer_access(c0, c1, op)
+    devices.enable_result = cu.CUresult.CUDA_SUCCESS
+    assert _driver.enable_peer_access(c0, c1, op) is True  # a refusal is not kept either
+    assert devices.asked == [("can", 0xD0, 0xD1), ("enable", 0xC1, 0)] * 2

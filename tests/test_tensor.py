@@ -503,3 +503,58 @@ def test_a_shape_with_a_negative_or_a_non_int_is_refused(monkeypatch, shape):
     with pytest.raises(tf.ValidationError, match=r"^session\.alloc_output: shape="):
         tensor_part.alloc_output(s, shape, np.float32)
     assert s.calls == [] and s.allocated == 0
+
+
+class _PeerSession:
+    """A session on a stand-in device for copy_peer: a real PrimaryContext (made from
+    `TwoDevices`), its stream a number, its holds a list."""
+
+    fast_path_ok, faulted, is_open = False, False, True
+
+    def __init__(self, context, stream):
+        import threading
+        from types import SimpleNamespace
+
+        self.context, self.device, self.stream = context, context.ordinal, stream
+        self.thread = threading.get_ident()
+        self.ordering = SimpleNamespace(pending=[], in_order_with=frozenset((stream,)))
+        self.liveness, self.held = self, []
+
+    def check_use(self, op):
+        pass
+
+    def refuse_in_capture(self, op, why):
+        pass
+
+    def hold(self, obj):
+        self.held.append(obj)
+
+
+def test_copy_peer_orders_after_the_source_enables_peer_access_once_and_copies(monkeypatch):
+    from _stand_ins import TwoDevices
+
+    from tenferro import _driver, dtypes
+    from tenferro import memory as tensor_part
+    from tenferro.spans import TensorMut, TensorRef
+
+    devices = TwoDevices(monkeypatch)
+    asked = devices.asked
+    monkeypatch.setattr(_driver, "event_create", lambda: asked.append(("event",)) or 0xE0)
+    monkeypatch.setattr(_driver, "wait_for_stream", lambda *a: asked.append(("wait", *a)))
+    monkeypatch.setattr(_driver, "event_destroy", lambda ev: asked.append(("destroy", ev)))
+    monkeypatch.setattr(_driver, "memcpy_peer_async", lambda *a: asked.append(("copy", *a)))
+    s, other = _PeerSession(devices.contexts[0], 7), _PeerSession(devices.contexts[1], 9)
+    f32, owner = dtypes.by_name("f32"), object()
+    dst = TensorMut.compact(0x10000, (4,), (4,), f32, 16, 0, None, s)
+    src = TensorRef.compact(0x20000, (4,), (4,), f32, 16, 1, owner, other)
+    op = "session.copy_peer"
+    tensor_part.copy_peer(s, dst, src)
+    assert asked == [("push", 0xC1), ("event",), ("wait", 7, 9, 0xE0, op), ("destroy", 0xE0),
+                     ("pop",),  # the event is the source context's, recorded on its stream
+                     ("can", 0xD0, 0xD1), ("enable", 0xC1, 0),  # this context reaches device 1
+                     ("copy", 0x10000, 0xC0, 0x20000, 0xC1, 16, 7, op)]
+    (d, held), = s.held
+    assert (d.ptr, d.nbytes, held) == (0x10000, 16, owner)
+    asked.clear()
+    tensor_part.copy_peer(s, dst, src)
+    assert [a[0] for a in asked] == ["push", "event", "wait", "destroy", "pop", "copy"]  # once
