@@ -14,7 +14,7 @@ from tenferro import LaunchConfig, Module, Session, ValidationError, args, dtype
 from tenferro.session import state_of
 
 __all__ = ["C_TYPES", "check_session", "function", "grid_stride", "plan", "session_table",
-           "spans_1d", "type_of", "workspace"]
+           "spans_1d", "workspace"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -181,11 +181,6 @@ def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
 
 # The configs of sizes seen: (n, block, per_thread, device where capped, else -1) -> config.
 _configs: dict[tuple[int, int, int, int], LaunchConfig] = {}
-
-
-def type_of(span: Any) -> dtypes.ScalarType:
-    """The span's scalar type."""
-    return span.scalar_type
 
 
 def spans_1d(op: str, out: Any, *inputs: Any, same_dtype: bool = True) -> None:

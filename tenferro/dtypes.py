@@ -59,13 +59,6 @@ def numpy_scalar_class(t: ScalarType) -> type | None:
     return t.numpy.type
 
 
-def _np(name: str) -> np.dtype | None:
-    try:
-        return np.dtype(name)
-    except TypeError:
-        return None
-
-
 def _bfloat16_dtype() -> np.dtype | None:
     try:  # ml_dtypes is what jax and torch interop hand us; optional.
         import ml_dtypes  # type: ignore[import-not-found]
