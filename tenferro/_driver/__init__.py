@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, ClassVar
 
-from .errors import BackendError, KernelFault, RuntimeStateError
+from ..errors import BackendError, KernelFault, RuntimeStateError
 
 __all__ = [  # what the other modules use; nothing else crosses the seam
     "ExecutableGraph",
