@@ -204,7 +204,7 @@ class _ParamInfoDriver:
 @pytest.mark.parametrize("count", [(0, 3), (801,), "missing"])
 def test_a_functions_parameter_layout_is_asked_only_for_parameters_it_has(monkeypatch, count):
     fake = _ParamInfoDriver(count)
-    monkeypatch.setattr(_driver, "_cu", fake)
+    monkeypatch.setattr(_driver, "cu", fake)
     assert _driver.func_param_layout(0x77) == list(_ParamInfoDriver.LAYOUT)
     # with the count, no index past the last (a failing call compute-sanitizer reports)
     assert fake.asked == ([0, 1, 2] if count == (0, 3) else [0, 1, 2, 3])
@@ -217,7 +217,7 @@ def test_the_driver_gives_a_kernels_parameter_layout(session):
     fn = session.compile(AXPY).function("axpy")  # (float*, const float*, float, unsigned)
     assert _driver.func_param_layout(fn.handle) == [(0, 8), (8, 8), (16, 4), (20, 4)]
     try:
-        has_count = not _driver._cu.cuFuncGetParamCount(_driver._cu.CUfunction(fn.handle))[0]
+        has_count = not _driver.cu.cuFuncGetParamCount(_driver.cu.CUfunction(fn.handle))[0]
     except Exception:  # a driver without it: the probe is the way
         has_count = False
     print(f"cuFuncGetParamCount available: {has_count}")

@@ -12,7 +12,8 @@ import os
 import threading
 from typing import Any, ClassVar
 
-from ..errors import BackendError, KernelFault, RuntimeStateError
+from ..errors import BackendError, RuntimeStateError
+from .results import IMPORT_ERROR, check, cu, fail, raise_launch_error, result_name
 
 __all__ = [  # what the other modules use; nothing else crosses the seam
     "ExecutableGraph",
@@ -77,48 +78,6 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "wait_for_stream",
 ]
 
-try:  # cuda-bindings is a dependency, but a broken install must still say so clearly.
-    from cuda.bindings import driver as _cu
-except Exception as exc:  # pragma: no cover - depends on the install
-    _cu = None
-    _IMPORT_ERROR: Exception | None = exc
-else:
-    _IMPORT_ERROR = None
-
-# Results that mean the context is poisoned by a kernel: the work is lost, the session must stop.
-_FAULT_NAMES = frozenset({
-    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ASSERT",
-    "CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_MISALIGNED_ADDRESS",
-    "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
-    "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_LAUNCH_TIMEOUT",
-    "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_UNKNOWN",
-})
-
-
-def result_name(err: Any) -> str:
-    """The CUresult name of ``err`` (``"CUDA_ERROR_INVALID_VALUE"``)."""
-    try:
-        return _cu.CUresult(int(err)).name
-    except Exception:  # pragma: no cover - an unknown code
-        return f"CUresult({int(err)})"
-
-
-def _fail(op: str, err: Any) -> BackendError:
-    name = result_name(err)
-    if name in _FAULT_NAMES:
-        return KernelFault(f"{op}: the device reported {name}", name, int(err))
-    return BackendError(f"{op}: the driver returned {name}", name, int(err))
-
-
-def _check(op: str, res: tuple) -> Any:
-    """Raise for a failing result; return the single value, the tuple of values, or None."""
-    if res[0]:
-        raise _fail(op, res[0])
-    if len(res) == 1:
-        return None
-    return res[1] if len(res) == 2 else res[1:]
-
-
 _init_lock = threading.Lock()
 _initialised = False
 _driver_version = 0
@@ -132,10 +91,10 @@ def ensure_init(op: str = "session") -> None:
     with _init_lock:
         if _initialised:
             return
-        if _cu is None:
-            raise RuntimeStateError(f"{op}: cuda.bindings could not be imported: {_IMPORT_ERROR}")
+        if cu is None:
+            raise RuntimeStateError(f"{op}: cuda.bindings could not be imported: {IMPORT_ERROR}")
         try:
-            res = _cu.cuInit(0)
+            res = cu.cuInit(0)
         except Exception as exc:  # libcuda missing: cuda.pathfinder raises its own type
             raise RuntimeStateError(
                 f"{op}: no CUDA driver on this machine (libcuda could not be loaded: {exc})"
@@ -145,7 +104,7 @@ def ensure_init(op: str = "session") -> None:
             if name == "CUDA_ERROR_NO_DEVICE":
                 raise RuntimeStateError(f"{op}: the CUDA driver found no GPU ({name})")
             raise RuntimeStateError(f"{op}: the CUDA driver failed to initialise ({name})")
-        _driver_version = _check("cuDriverGetVersion", _cu.cuDriverGetVersion())
+        _driver_version = check("cuDriverGetVersion", cu.cuDriverGetVersion())
         _initialised = True
 
 
@@ -161,24 +120,24 @@ def driver_version() -> int:
 def device_count() -> int:
     """How many devices the driver sees (after CUDA_VISIBLE_DEVICES)."""
     ensure_init()
-    return _check("cuDeviceGetCount", _cu.cuDeviceGetCount())
+    return check("cuDeviceGetCount", cu.cuDeviceGetCount())
 
 
 def device_summary(ordinal: int) -> tuple[str, tuple[int, int], int]:
     """Name, compute capability and total memory in bytes of a device; touches no context."""
     ensure_init("device_summary")
-    dev = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
-    name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, dev)).split(b"\0", 1)[0].decode()
-    major, minor = (_check("cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(
+    dev = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
+    name = check("cuDeviceGetName", cu.cuDeviceGetName(256, dev)).split(b"\0", 1)[0].decode()
+    major, minor = (check("cuDeviceGetAttribute", cu.cuDeviceGetAttribute(
         getattr(_A, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{part}"), dev))
         for part in ("MAJOR", "MINOR"))
-    total = _check("cuDeviceTotalMem", _cu.cuDeviceTotalMem(dev))
+    total = check("cuDeviceTotalMem", cu.cuDeviceTotalMem(dev))
     return name, (int(major), int(minor)), int(total)
 
 
 # --- contexts ---------------------------------------------------------------------------------
 
-_A = _cu.CUdevice_attribute if _cu is not None else None
+_A = cu.CUdevice_attribute if cu is not None else None
 
 
 class PrimaryContext:
@@ -193,12 +152,12 @@ class PrimaryContext:
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
-        self._device = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
+        self._device = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
         self.device_handle = int(self._device)
-        self._context = _check("cuDevicePrimaryCtxRetain",
-                               _cu.cuDevicePrimaryCtxRetain(self._device))
+        self._context = check("cuDevicePrimaryCtxRetain",
+                               cu.cuDevicePrimaryCtxRetain(self._device))
         self.handle = int(self._context)
-        name = _check("cuDeviceGetName", _cu.cuDeviceGetName(256, self._device))
+        name = check("cuDeviceGetName", cu.cuDeviceGetName(256, self._device))
         self.name = name.split(b"\0", 1)[0].decode()
         self._attrs: dict[str, int] = {}
         self._pool = _create_pool(ordinal)
@@ -226,8 +185,8 @@ class PrimaryContext:
         v = self._attrs.get(name)
         if v is None:
             attr = getattr(_A, "CU_DEVICE_ATTRIBUTE_" + name)
-            v = self._attrs[name] = _check(
-                "cuDeviceGetAttribute", _cu.cuDeviceGetAttribute(attr, self._device))
+            v = self._attrs[name] = check(
+                "cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attr, self._device))
         return v
 
     @property
@@ -239,37 +198,37 @@ class PrimaryContext:
 
     def make_current(self) -> int:
         """Make this context current on the calling thread; return the previous one."""
-        prev = _check("cuCtxGetCurrent", _cu.cuCtxGetCurrent())
+        prev = check("cuCtxGetCurrent", cu.cuCtxGetCurrent())
         if int(prev) != self.handle:
-            _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(self._context))
+            check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._context))
         return int(prev)
 
     def alloc_async(self, nbytes: int, stream: int, op: str) -> int:
         """Stream-ordered allocation of ``nbytes`` (at least 1) from tenferro's pool."""
-        return int(_check(op, _cu.cuMemAllocFromPoolAsync(max(nbytes, 1), self._pool,
-                                                          _cu.CUstream(stream))))
+        return int(check(op, cu.cuMemAllocFromPoolAsync(max(nbytes, 1), self._pool,
+                                                          cu.CUstream(stream))))
 
     def pool_stats(self) -> dict[str, int]:
         """Bytes the pool holds from the device (reserved) and hands out (used), now and peak."""
         out = {}
         for key, attr in _POOL_STATS.items():
-            v = _check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
-                self._pool, getattr(_cu.CUmemPool_attribute, attr)))
+            v = check("cuMemPoolGetAttribute", cu.cuMemPoolGetAttribute(
+                self._pool, getattr(cu.CUmemPool_attribute, attr)))
             out[key] = int(v)
         return out
 
     def trim_pool(self, keep_bytes: int, op: str) -> None:
         """Give the device back the pool's unused memory, keeping at least ``keep_bytes``."""
-        _check(op, _cu.cuMemPoolTrimTo(self._pool, keep_bytes))
+        check(op, cu.cuMemPoolTrimTo(self._pool, keep_bytes))
 
     def push(self) -> None:
         """Push this context on the calling thread (for work off the session's thread)."""
-        _check("cuCtxPushCurrent", _cu.cuCtxPushCurrent(self._context))
+        check("cuCtxPushCurrent", cu.cuCtxPushCurrent(self._context))
 
     @staticmethod
     def pop() -> None:
         """Pop the context pushed by `push`."""
-        _check("cuCtxPopCurrent", _cu.cuCtxPopCurrent())
+        check("cuCtxPopCurrent", cu.cuCtxPopCurrent())
 
 
 def _create_pool(ordinal: int) -> Any:
@@ -280,15 +239,15 @@ def _create_pool(ordinal: int) -> Any:
     microseconds, as in torch's caching allocator) until `PrimaryContext.trim_pool` gives it
     back; sessions trim it when they close.
     """
-    props = _cu.CUmemPoolProps()
-    props.allocType = _cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-    props.handleTypes = _cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
-    props.location.type = _cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    props = cu.CUmemPoolProps()
+    props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    props.handleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+    props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     props.location.id = ordinal
-    pool = _check("cuMemPoolCreate", _cu.cuMemPoolCreate(props))
-    threshold = _cu.cuuint64_t(0xFFFFFFFFFFFFFFFF)
-    _check("cuMemPoolSetAttribute", _cu.cuMemPoolSetAttribute(
-        pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
+    pool = check("cuMemPoolCreate", cu.cuMemPoolCreate(props))
+    threshold = cu.cuuint64_t(0xFFFFFFFFFFFFFFFF)
+    check("cuMemPoolSetAttribute", cu.cuMemPoolSetAttribute(
+        pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
     return pool
 
 
@@ -302,21 +261,21 @@ _POOL_STATS = {
 
 def mem_get_info() -> tuple[int, int]:
     """(free, total) bytes of the current context's device."""
-    free, total = _check("cuMemGetInfo", _cu.cuMemGetInfo())
+    free, total = check("cuMemGetInfo", cu.cuMemGetInfo())
     return int(free), int(total)
 
 
 def default_pool_release_threshold(ordinal: int) -> int:
     """The release threshold of device ``ordinal``'s default pool (other libraries use it)."""
-    dev = _check("cuDeviceGet", _cu.cuDeviceGet(ordinal))
-    pool = _check("cuDeviceGetDefaultMemPool", _cu.cuDeviceGetDefaultMemPool(dev))
-    return int(_check("cuMemPoolGetAttribute", _cu.cuMemPoolGetAttribute(
-        pool, _cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
+    dev = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
+    pool = check("cuDeviceGetDefaultMemPool", cu.cuDeviceGetDefaultMemPool(dev))
+    return int(check("cuMemPoolGetAttribute", cu.cuMemPoolGetAttribute(
+        pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
 
 
 def set_current(handle: int) -> None:
     """Make the context ``handle`` (0: none) current on the calling thread."""
-    _check("cuCtxSetCurrent", _cu.cuCtxSetCurrent(_cu.CUcontext(handle)))
+    check("cuCtxSetCurrent", cu.cuCtxSetCurrent(cu.CUcontext(handle)))
 
 
 # --- streams and events -----------------------------------------------------------------------
@@ -324,81 +283,81 @@ def set_current(handle: int) -> None:
 
 def stream_create() -> int:
     """A new blocking stream in the current context: ordered with the legacy default stream."""
-    flags = _cu.CUstream_flags.CU_STREAM_DEFAULT
-    return int(_check("cuStreamCreate", _cu.cuStreamCreate(flags)))
+    flags = cu.CUstream_flags.CU_STREAM_DEFAULT
+    return int(check("cuStreamCreate", cu.cuStreamCreate(flags)))
 
 
 def stream_is_non_blocking(stream: int, op: str) -> bool:
     """True for a stream made non-blocking: the legacy default stream does not wait for it."""
-    flags = _check(op, _cu.cuStreamGetFlags(_cu.CUstream(stream)))
-    return bool(int(flags) & int(_cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    flags = check(op, cu.cuStreamGetFlags(cu.CUstream(stream)))
+    return bool(int(flags) & int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING))
 
 
 def stream_destroy(stream: int) -> None:
     """Destroy a stream made by `stream_create`."""
-    _check("cuStreamDestroy", _cu.cuStreamDestroy(_cu.CUstream(stream)))
+    check("cuStreamDestroy", cu.cuStreamDestroy(cu.CUstream(stream)))
 
 
 def stream_context(stream: int) -> int:
     """The context a stream belongs to."""
-    return int(_check("cuStreamGetCtx", _cu.cuStreamGetCtx(_cu.CUstream(stream))))
+    return int(check("cuStreamGetCtx", cu.cuStreamGetCtx(cu.CUstream(stream))))
 
 
 def stream_is_capturing(stream: int, op: str) -> bool:
     """True while another library (or this one) captures ``stream`` into a graph."""
-    status = _check(op, _cu.cuStreamIsCapturing(_cu.CUstream(stream)))
-    return status != _cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    status = check(op, cu.cuStreamIsCapturing(cu.CUstream(stream)))
+    return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def context_synchronize(op: str = "cuCtxSynchronize") -> None:
     """Wait for all work of the current context."""
-    _check(op, _cu.cuCtxSynchronize())
+    check(op, cu.cuCtxSynchronize())
 
 
 def stream_synchronize(stream: int, op: str) -> None:
     """Block until the stream is idle; a kernel fault raises `KernelFault`."""
-    _check(op, _cu.cuStreamSynchronize(_cu.CUstream(stream)))
+    check(op, cu.cuStreamSynchronize(cu.CUstream(stream)))
 
 
 def event_create(timing: bool = False) -> int:
     """A new event; ``timing`` enables elapsed-time queries (and costs a little)."""
-    flags = 0 if timing else _cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
-    return int(_check("cuEventCreate", _cu.cuEventCreate(flags)))
+    flags = 0 if timing else cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+    return int(check("cuEventCreate", cu.cuEventCreate(flags)))
 
 
 def event_destroy(event: int) -> None:
     """Destroy an event."""
-    _check("cuEventDestroy", _cu.cuEventDestroy(_cu.CUevent(event)))
+    check("cuEventDestroy", cu.cuEventDestroy(cu.CUevent(event)))
 
 
 def event_record(event: int, stream: int, op: str = "cuEventRecord") -> None:
     """Record ``event`` at the current tail of ``stream``."""
-    _check(op, _cu.cuEventRecord(_cu.CUevent(event), _cu.CUstream(stream)))
+    check(op, cu.cuEventRecord(cu.CUevent(event), cu.CUstream(stream)))
 
 
 def event_query(event: int, op: str = "cuEventQuery") -> bool:
     """True when the work before the event has completed."""
-    err = _cu.cuEventQuery(_cu.CUevent(event))[0]
-    if err == _cu.CUresult.CUDA_ERROR_NOT_READY:
+    err = cu.cuEventQuery(cu.CUevent(event))[0]
+    if err == cu.CUresult.CUDA_ERROR_NOT_READY:
         return False
     if err:
-        raise _fail(op, err)
+        raise fail(op, err)
     return True
 
 
 def event_synchronize(event: int, op: str = "cuEventSynchronize") -> None:
     """Block until the event has completed."""
-    _check(op, _cu.cuEventSynchronize(_cu.CUevent(event)))
+    check(op, cu.cuEventSynchronize(cu.CUevent(event)))
 
 
 def event_elapsed_ms(start: int, end: int, op: str = "event.elapsed_ms") -> float:
     """Milliseconds between two completed, timing-enabled events."""
-    return float(_check(op, _cu.cuEventElapsedTime(_cu.CUevent(start), _cu.CUevent(end))))
+    return float(check(op, cu.cuEventElapsedTime(cu.CUevent(start), cu.CUevent(end))))
 
 
 def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") -> None:
     """Order later work on ``stream`` after ``event``, without blocking the host."""
-    _check(op, _cu.cuStreamWaitEvent(_cu.CUstream(stream), _cu.CUevent(event), 0))
+    check(op, cu.cuStreamWaitEvent(cu.CUstream(stream), cu.CUevent(event), 0))
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -406,28 +365,28 @@ def stream_wait_event(stream: int, event: int, op: str = "cuStreamWaitEvent") ->
 
 def mem_free_async(ptr: int, stream: int) -> None:
     """Stream-ordered free on ``stream``."""
-    _check("cuMemFreeAsync", _cu.cuMemFreeAsync(_cu.CUdeviceptr(ptr), _cu.CUstream(stream)))
+    check("cuMemFreeAsync", cu.cuMemFreeAsync(cu.CUdeviceptr(ptr), cu.CUstream(stream)))
 
 
 def mem_free(ptr: int) -> None:
     """Free after all work on the device that uses it (for a stream that no longer exists)."""
-    _check("cuMemFree", _cu.cuMemFree(_cu.CUdeviceptr(ptr)))
+    check("cuMemFree", cu.cuMemFree(cu.CUdeviceptr(ptr)))
 
 
 def memcpy_htod_async(dst: int, src_host: int, nbytes: int, stream: int, op: str) -> None:
     """Copy host -> device on ``stream``."""
-    _check(op, _cu.cuMemcpyHtoDAsync(_cu.CUdeviceptr(dst), src_host, nbytes, _cu.CUstream(stream)))
+    check(op, cu.cuMemcpyHtoDAsync(cu.CUdeviceptr(dst), src_host, nbytes, cu.CUstream(stream)))
 
 
 def memcpy_dtoh_async(dst_host: int, src: int, nbytes: int, stream: int, op: str) -> None:
     """Copy device -> host on ``stream``."""
-    _check(op, _cu.cuMemcpyDtoHAsync(dst_host, _cu.CUdeviceptr(src), nbytes, _cu.CUstream(stream)))
+    check(op, cu.cuMemcpyDtoHAsync(dst_host, cu.CUdeviceptr(src), nbytes, cu.CUstream(stream)))
 
 
 def memcpy_dtod_async(dst: int, src: int, nbytes: int, stream: int, op: str) -> None:
     """Copy device -> device on ``stream``."""
-    _check(op, _cu.cuMemcpyDtoDAsync(
-        _cu.CUdeviceptr(dst), _cu.CUdeviceptr(src), nbytes, _cu.CUstream(stream)))
+    check(op, cu.cuMemcpyDtoDAsync(
+        cu.CUdeviceptr(dst), cu.CUdeviceptr(src), nbytes, cu.CUstream(stream)))
 
 
 def memcpy_peer_async(dst: int, dst_ctx: int, src: int, src_ctx: int, nbytes: int,
@@ -436,9 +395,9 @@ def memcpy_peer_async(dst: int, dst_ctx: int, src: int, src_ctx: int, nbytes: in
 
     The driver copies directly where peer access is enabled and stages the copy otherwise.
     """
-    _check(op, _cu.cuMemcpyPeerAsync(_cu.CUdeviceptr(dst), _cu.CUcontext(dst_ctx),
-                                     _cu.CUdeviceptr(src), _cu.CUcontext(src_ctx), nbytes,
-                                     _cu.CUstream(stream)))
+    check(op, cu.cuMemcpyPeerAsync(cu.CUdeviceptr(dst), cu.CUcontext(dst_ctx),
+                                     cu.CUdeviceptr(src), cu.CUcontext(src_ctx), nbytes,
+                                     cu.CUstream(stream)))
 
 
 _peer_enabled: set[tuple[int, int]] = set()
@@ -452,27 +411,27 @@ def enable_peer_access(ctx: PrimaryContext, peer: PrimaryContext, op: str) -> bo
     key = (ctx.ordinal, peer.ordinal)
     if ctx.ordinal == peer.ordinal or key in _peer_enabled:
         return True
-    can = _check("cuDeviceCanAccessPeer", _cu.cuDeviceCanAccessPeer(
-        _cu.CUdevice(ctx.device_handle), _cu.CUdevice(peer.device_handle)))
+    can = check("cuDeviceCanAccessPeer", cu.cuDeviceCanAccessPeer(
+        cu.CUdevice(ctx.device_handle), cu.CUdevice(peer.device_handle)))
     if not can:
         return False
-    err = _cu.cuCtxEnablePeerAccess(_cu.CUcontext(peer.handle), 0)[0]
-    if err not in (_cu.CUresult.CUDA_SUCCESS,
-                   _cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
-        raise _fail(op, err)
+    err = cu.cuCtxEnablePeerAccess(cu.CUcontext(peer.handle), 0)[0]
+    if err not in (cu.CUresult.CUDA_SUCCESS,
+                   cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+        raise fail(op, err)
     _peer_enabled.add(key)
     return True
 
 
 def memset_d8_async(dst: int, value: int, nbytes: int, stream: int, op: str) -> None:
     """Set ``nbytes`` bytes to ``value`` on ``stream``."""
-    _check(op, _cu.cuMemsetD8Async(_cu.CUdeviceptr(dst), value, nbytes, _cu.CUstream(stream)))
+    check(op, cu.cuMemsetD8Async(cu.CUdeviceptr(dst), value, nbytes, cu.CUstream(stream)))
 
 
-_PA = _cu.CUpointer_attribute if _cu is not None else None
+_PA = cu.CUpointer_attribute if cu is not None else None
 _POINTER_ATTRS = (
     [_PA.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _PA.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-     _PA.CU_POINTER_ATTRIBUTE_IS_MANAGED] if _cu is not None else [])
+     _PA.CU_POINTER_ATTRIBUTE_IS_MANAGED] if cu is not None else [])
 
 MEMORY_HOST, MEMORY_DEVICE, MEMORY_UNKNOWN = "host", "device", "unknown"
 
@@ -482,16 +441,16 @@ def pointer_info(ptr: int) -> tuple[str, int]:
 
     Managed memory counts as device memory of its preferred device.
     """
-    res = _cu.cuPointerGetAttributes(len(_POINTER_ATTRS), _POINTER_ATTRS, ptr)
+    res = cu.cuPointerGetAttributes(len(_POINTER_ATTRS), _POINTER_ATTRS, ptr)
     if res[0]:
         return MEMORY_UNKNOWN, -1
     mem_type, ordinal, managed = res[1]
     mem_type = int(mem_type or 0)
     if managed:
         return MEMORY_DEVICE, int(ordinal)
-    if mem_type == int(_cu.CUmemorytype.CU_MEMORYTYPE_DEVICE):
+    if mem_type == int(cu.CUmemorytype.CU_MEMORYTYPE_DEVICE):
         return MEMORY_DEVICE, int(ordinal)
-    if mem_type == int(_cu.CUmemorytype.CU_MEMORYTYPE_HOST):
+    if mem_type == int(cu.CUmemorytype.CU_MEMORYTYPE_HOST):
         return MEMORY_HOST, int(ordinal)
     return MEMORY_UNKNOWN, -1
 
@@ -501,66 +460,66 @@ def pointer_info(ptr: int) -> tuple[str, int]:
 
 def module_load_data(image: bytes, op: str) -> int:
     """Load a PTX (NUL-terminated) or CUBIN image into the current context."""
-    return int(_check(op, _cu.cuModuleLoadData(image)))
+    return int(check(op, cu.cuModuleLoadData(image)))
 
 
 def module_unload(module: int) -> None:
     """Unload a module."""
-    _check("cuModuleUnload", _cu.cuModuleUnload(_cu.CUmodule(module)))
+    check("cuModuleUnload", cu.cuModuleUnload(cu.CUmodule(module)))
 
 
 def module_get_global(module: int, name: str, op: str) -> tuple[int, int]:
     """The address and size of the module's variable ``name`` (CUDA_ERROR_NOT_FOUND if none)."""
-    ptr, nbytes = _check(op, _cu.cuModuleGetGlobal(_cu.CUmodule(module), name.encode()))
+    ptr, nbytes = check(op, cu.cuModuleGetGlobal(cu.CUmodule(module), name.encode()))
     return int(ptr), int(nbytes)
 
 
 def module_get_function(module: int, name: str) -> int | None:
     """The function ``name`` of a module, or None when the module has no such entry."""
-    res = _cu.cuModuleGetFunction(_cu.CUmodule(module), name.encode())
-    if res[0] == _cu.CUresult.CUDA_ERROR_NOT_FOUND:
+    res = cu.cuModuleGetFunction(cu.CUmodule(module), name.encode())
+    if res[0] == cu.CUresult.CUDA_ERROR_NOT_FOUND:
         return None
-    return int(_check("cuModuleGetFunction", res))
+    return int(check("cuModuleGetFunction", res))
 
 
 def module_function_names(module: int) -> list[str]:
     """The names of every kernel in a module."""
-    mod = _cu.CUmodule(module)
-    count = _check("cuModuleGetFunctionCount", _cu.cuModuleGetFunctionCount(mod))
-    funcs = _check("cuModuleEnumerateFunctions", _cu.cuModuleEnumerateFunctions(count, mod))
-    return sorted(_check("cuFuncGetName", _cu.cuFuncGetName(f)).decode() for f in funcs)
+    mod = cu.CUmodule(module)
+    count = check("cuModuleGetFunctionCount", cu.cuModuleGetFunctionCount(mod))
+    funcs = check("cuModuleEnumerateFunctions", cu.cuModuleEnumerateFunctions(count, mod))
+    return sorted(check("cuFuncGetName", cu.cuFuncGetName(f)).decode() for f in funcs)
 
 
-_FA = _cu.CUfunction_attribute if _cu is not None else None
+_FA = cu.CUfunction_attribute if cu is not None else None
 
 
 def kernel_function(kernel: int, op: str) -> int:
     """The CUfunction of a library kernel (CUkernel) in the current context."""
-    return int(_check(op, _cu.cuKernelGetFunction(_cu.CUkernel(kernel))))
+    return int(check(op, cu.cuKernelGetFunction(cu.CUkernel(kernel))))
 
 
 def func_attribute(func: int, name: str) -> int:
     """A function attribute by its CU_FUNC_ATTRIBUTE_ suffix (``"MAX_THREADS_PER_BLOCK"``)."""
     attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
-    return int(_check("cuFuncGetAttribute", _cu.cuFuncGetAttribute(attr, _cu.CUfunction(func))))
+    return int(check("cuFuncGetAttribute", cu.cuFuncGetAttribute(attr, cu.CUfunction(func))))
 
 
 def occupancy_blocks(func: int, threads: int, shared_mem_bytes: int, op: str) -> int:
     """Blocks of ``threads`` threads that fit on one multiprocessor at once (the occupancy API)."""
-    return int(_check(op, _cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        _cu.CUfunction(func), threads, shared_mem_bytes)))
+    return int(check(op, cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        cu.CUfunction(func), threads, shared_mem_bytes)))
 
 
 def func_set_attribute(func: int, name: str, value: int, op: str) -> None:
     """Set a function attribute by its CU_FUNC_ATTRIBUTE_ suffix."""
     attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
-    _check(op, _cu.cuFuncSetAttribute(_cu.CUfunction(func), attr, value))
+    check(op, cu.cuFuncSetAttribute(cu.CUfunction(func), attr, value))
 
 
 def max_active_clusters(func: int, dims: tuple, cluster: tuple, stream: int, op: str) -> int:
     """Clusters of this launch shape that can run at once on the device (0: none fits)."""
     config = _launch_config(dims, stream, cluster, False)
-    return int(_check(op, _cu.cuOccupancyMaxActiveClusters(_cu.CUfunction(func), config)))
+    return int(check(op, cu.cuOccupancyMaxActiveClusters(cu.CUfunction(func), config)))
 
 
 def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:
@@ -575,31 +534,31 @@ def func_param_layout(func: int) -> list[tuple[int, int]]:
     probed until cuFuncGetParamInfo refuses the index past the last (an API error that
     compute-sanitizer reports, so only where the count cannot be had).
     """
-    f = _cu.CUfunction(func)
+    f = cu.CUfunction(func)
     try:
-        res = _cu.cuFuncGetParamCount(f)
+        res = cu.cuFuncGetParamCount(f)
     except Exception:  # the bindings' entry point is missing from this driver
-        res = (_cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
+        res = (cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
     if not res[0]:
         return [_param_info(f, i) for i in range(int(res[1]))]
     out: list[tuple[int, int]] = []
     while True:
-        res = _cu.cuFuncGetParamInfo(f, len(out))
-        if res[0] == _cu.CUresult.CUDA_ERROR_INVALID_VALUE:
+        res = cu.cuFuncGetParamInfo(f, len(out))
+        if res[0] == cu.CUresult.CUDA_ERROR_INVALID_VALUE:
             return out
-        off, size = _check("cuFuncGetParamInfo", res)
+        off, size = check("cuFuncGetParamInfo", res)
         out.append((int(off), int(size)))
 
 
 def _param_info(f: Any, i: int) -> tuple[int, int]:
-    off, size = _check("cuFuncGetParamInfo", _cu.cuFuncGetParamInfo(f, i))
+    off, size = check("cuFuncGetParamInfo", cu.cuFuncGetParamInfo(f, i))
     return int(off), int(size)
 
 
 # --- launch -----------------------------------------------------------------------------------
 
 
-_launch_kernel = _cu.cuLaunchKernel if _cu is not None else None
+_launch_kernel = cu.cuLaunchKernel if cu is not None else None
 
 
 # --- graphs -----------------------------------------------------------------------------------
@@ -607,24 +566,24 @@ _launch_kernel = _cu.cuLaunchKernel if _cu is not None else None
 
 def capture_begin(stream: int, op: str) -> None:
     """Begin capturing ``stream`` into a graph (thread-local mode: other threads unaffected)."""
-    mode = _cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    _check(op, _cu.cuStreamBeginCapture(_cu.CUstream(stream), mode))
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    check(op, cu.cuStreamBeginCapture(cu.CUstream(stream), mode))
 
 
 def capture_end(stream: int, op: str) -> int:
     """End the capture of ``stream``; the captured graph's handle (0 when none was made)."""
-    return int(_check(op, _cu.cuStreamEndCapture(_cu.CUstream(stream))) or 0)
+    return int(check(op, cu.cuStreamEndCapture(cu.CUstream(stream))) or 0)
 
 
 def graph_node_count(graph: int) -> int:
     """How many nodes a graph has."""
-    res = _cu.cuGraphGetNodes(_cu.CUgraph(graph), 0)
-    return int(_check("cuGraphGetNodes", res)[1])
+    res = cu.cuGraphGetNodes(cu.CUgraph(graph), 0)
+    return int(check("cuGraphGetNodes", res)[1])
 
 
 def graph_destroy(graph: int) -> None:
     """Destroy a graph."""
-    _check("cuGraphDestroy", _cu.cuGraphDestroy(_cu.CUgraph(graph)))
+    check("cuGraphDestroy", cu.cuGraphDestroy(cu.CUgraph(graph)))
 
 
 class ExecutableGraph:
@@ -633,15 +592,15 @@ class ExecutableGraph:
     __slots__ = ("_exec", "_stream", "handle")
 
     def __init__(self, graph: int, stream: int, op: str) -> None:
-        self._exec = _check(op, _cu.cuGraphInstantiate(_cu.CUgraph(graph), 0))
-        self._stream = _cu.CUstream(stream)
+        self._exec = check(op, cu.cuGraphInstantiate(cu.CUgraph(graph), 0))
+        self._stream = cu.CUstream(stream)
         self.handle = int(self._exec)
 
     def launch(self, op: str) -> None:
         """Enqueue the graph on its stream."""
-        err = _cu.cuGraphLaunch(self._exec, self._stream)[0]
+        err = cu.cuGraphLaunch(self._exec, self._stream)[0]
         if err:
-            raise _fail(op, err)
+            raise fail(op, err)
 
     def update(self, graph: int, op: str) -> str | None:
         """Take ``graph``'s node parameters in place (cuGraphExecUpdate); None when it did.
@@ -650,18 +609,18 @@ class ExecutableGraph:
         function changed, ...), and this executable graph may be left part-updated: the caller
         makes a new one from its own graph.
         """
-        err, info = _cu.cuGraphExecUpdate(self._exec, _cu.CUgraph(graph))
-        if err == _cu.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
+        err, info = cu.cuGraphExecUpdate(self._exec, cu.CUgraph(graph))
+        if err == cu.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
             # cuda.bindings returns no result info with an error: the error's name is the reason
             return info.result.name if info is not None else err.name
-        _check(op, (err,))
+        check(op, (err,))
         return None
 
     def destroy(self) -> None:
         """Destroy the executable graph (once; later calls do nothing)."""
         if self.handle:
             self.handle = 0
-            _check("cuGraphExecDestroy", _cu.cuGraphExecDestroy(self._exec))
+            check("cuGraphExecDestroy", cu.cuGraphExecDestroy(self._exec))
 
 
 # Launches and producer-stream waits go through cuda.bindings until numba has compiled two small
@@ -692,7 +651,7 @@ class LaunchRecord:
 
         self._words = (ctypes.c_uint64 * 10)(func, *dims, stream, params)
         self.address = ctypes.addressof(self._words)
-        self._call = (_cu.CUfunction(func), *dims, _cu.CUstream(stream), params, 0)
+        self._call = (cu.CUfunction(func), *dims, cu.CUstream(stream), params, 0)
         _record_calls[self.address] = self._call
 
     def __del__(self) -> None:
@@ -705,19 +664,19 @@ class LaunchRecord:
 
 def _launch_config(dims: tuple, stream: int, cluster: tuple | None, cooperative: bool) -> Any:
     """The CUlaunchConfig of cuLaunchKernelEx: ``dims`` (grid, block, shared memory), attributes."""
-    config = _cu.CUlaunchConfig()
+    config = cu.CUlaunchConfig()
     (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
      config.blockDimZ, config.sharedMemBytes) = dims
-    config.hStream = _cu.CUstream(stream)
+    config.hStream = cu.CUstream(stream)
     attrs = []
     if cluster is not None:
-        a = _cu.CUlaunchAttribute()
-        a.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
         attrs.append(a)
     if cooperative:
-        a = _cu.CUlaunchAttribute()
-        a.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
         a.value.cooperative = 1
         attrs.append(a)
     config.attrs = attrs
@@ -736,7 +695,7 @@ class ExtendedLaunchRecord:
 
     def __init__(self, func: int, dims: tuple, stream: int, params: int,
                  cluster: tuple | None, cooperative: bool) -> None:
-        self._call = (_launch_config(dims, stream, cluster, cooperative), _cu.CUfunction(func),
+        self._call = (_launch_config(dims, stream, cluster, cooperative), cu.CUfunction(func),
                       params, 0)
         self.address = id(self._call)
         _extended_calls[self.address] = self._call
@@ -764,7 +723,7 @@ def launch_record(func: int, dims: tuple, stream: int, params: int, cluster: tup
 
 
 def _extended_launcher(record: int) -> int:
-    return int(_cu.cuLaunchKernelEx(*_extended_calls[record])[0])
+    return int(cu.cuLaunchKernelEx(*_extended_calls[record])[0])
 
 
 def launcher(extended: bool = False) -> Any:
@@ -838,7 +797,7 @@ def wait_for_stream(waiter: int, producer: int, event: int, op: str) -> None:
             _hot_call()
         err = _bindings_wait(waiter, producer, event)
     if err:
-        raise _fail(op, err)
+        raise fail(op, err)
 
 
 def _make_njit_launcher() -> Any:
@@ -873,10 +832,10 @@ def _make_njit_launcher() -> Any:
 
 
 def _bindings_wait(waiter: int, producer: int, event: int) -> int:
-    err = _cu.cuEventRecord(_cu.CUevent(event), _cu.CUstream(producer))[0]
+    err = cu.cuEventRecord(cu.CUevent(event), cu.CUstream(producer))[0]
     if err:
         return int(err)
-    return int(_cu.cuStreamWaitEvent(_cu.CUstream(waiter), _cu.CUevent(event), 0)[0])
+    return int(cu.cuStreamWaitEvent(cu.CUstream(waiter), cu.CUevent(event), 0)[0])
 
 
 def _make_njit_wait() -> Any:
@@ -900,11 +859,6 @@ def _make_njit_wait() -> Any:
         return njit(types.int32(types.uint64, types.uint64, types.uint64), cache=False)(wait)
     except Exception:  # no numba, or no libcuda under that name: the bindings path works
         return None
-
-
-def raise_launch_error(err: Any, op: str) -> None:
-    """Raise the exception for a failed launch result."""
-    raise _fail(op, err)
 
 
 # --- NVRTC (needs no driver) ------------------------------------------------------------------
