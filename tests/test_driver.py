@@ -2,6 +2,7 @@ import pytest
 
 import tenferro as tf
 from tenferro import _driver
+from tenferro._driver import results
 
 
 def _has_driver() -> bool:
@@ -44,7 +45,7 @@ def test_both_ways_of_waiting_for_a_stream_work_and_report_the_driver_result(ses
         for wait in waits:
             assert wait(session.stream, 1, ev) == 0
             err = wait(session.stream, 1, 0)  # a NULL event: the driver refuses it
-            assert _driver.result_name(err).startswith("CUDA_ERROR_INVALID")
+            assert results.result_name(err).startswith("CUDA_ERROR_INVALID")
     finally:
         _driver.event_destroy(ev)
     with pytest.raises(tf.BackendError, match=r"^session\.test: the driver returned "

@@ -13,7 +13,8 @@ import threading
 from typing import Any, ClassVar
 
 from ..errors import BackendError, RuntimeStateError
-from .results import IMPORT_ERROR, check, cu, fail, raise_launch_error, result_name
+from .devices import device_count, device_summary, driver_version, ensure_init
+from .results import check, cu, fail, raise_launch_error
 
 __all__ = [  # what the other modules use; nothing else crosses the seam
     "ExecutableGraph",
@@ -77,63 +78,6 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "stream_wait_event",
     "wait_for_stream",
 ]
-
-_init_lock = threading.Lock()
-_initialised = False
-_driver_version = 0
-
-
-def ensure_init(op: str = "session") -> None:
-    """Load libcuda and run cuInit once, or raise `RuntimeStateError` saying why not."""
-    global _initialised, _driver_version
-    if _initialised:
-        return
-    with _init_lock:
-        if _initialised:
-            return
-        if cu is None:
-            raise RuntimeStateError(f"{op}: cuda.bindings could not be imported: {IMPORT_ERROR}")
-        try:
-            res = cu.cuInit(0)
-        except Exception as exc:  # libcuda missing: cuda.pathfinder raises its own type
-            raise RuntimeStateError(
-                f"{op}: no CUDA driver on this machine (libcuda could not be loaded: {exc})"
-            ) from None
-        if res[0]:
-            name = result_name(res[0])
-            if name == "CUDA_ERROR_NO_DEVICE":
-                raise RuntimeStateError(f"{op}: the CUDA driver found no GPU ({name})")
-            raise RuntimeStateError(f"{op}: the CUDA driver failed to initialise ({name})")
-        _driver_version = check("cuDriverGetVersion", cu.cuDriverGetVersion())
-        _initialised = True
-
-
-def driver_version() -> int:
-    """The driver's CUDA version as an int (13000 for 13.0); 0 when there is no driver."""
-    try:
-        ensure_init()
-    except RuntimeStateError:
-        return 0
-    return _driver_version
-
-
-def device_count() -> int:
-    """How many devices the driver sees (after CUDA_VISIBLE_DEVICES)."""
-    ensure_init()
-    return check("cuDeviceGetCount", cu.cuDeviceGetCount())
-
-
-def device_summary(ordinal: int) -> tuple[str, tuple[int, int], int]:
-    """Name, compute capability and total memory in bytes of a device; touches no context."""
-    ensure_init("device_summary")
-    dev = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
-    name = check("cuDeviceGetName", cu.cuDeviceGetName(256, dev)).split(b"\0", 1)[0].decode()
-    major, minor = (check("cuDeviceGetAttribute", cu.cuDeviceGetAttribute(
-        getattr(_A, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{part}"), dev))
-        for part in ("MAJOR", "MINOR"))
-    total = check("cuDeviceTotalMem", cu.cuDeviceTotalMem(dev))
-    return name, (int(major), int(minor)), int(total)
-
 
 # --- contexts ---------------------------------------------------------------------------------
 
