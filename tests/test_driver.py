@@ -2,7 +2,7 @@ import pytest
 
 import tenferro as tf
 from tenferro import _driver
-from tenferro._driver import results
+from tenferro._driver import fast_launch, results
 
 
 def _has_driver() -> bool:
@@ -36,8 +36,8 @@ def test_nvrtc_works_without_a_driver():
 def test_both_ways_of_waiting_for_a_stream_work_and_report_the_driver_result(session):
     import numpy as np
 
-    waits = [_driver._bindings_wait]
-    njit_wait = _driver._make_njit_wait()
+    waits = [fast_launch._bindings_wait]
+    njit_wait = fast_launch._make_njit_wait()
     assert njit_wait is not None  # numba and libcuda are here: the fast one is built
     waits.append(njit_wait)
     ev = _driver.event_create()
@@ -59,10 +59,10 @@ def fresh_fast_calls(monkeypatch):
     """The process's fast-call state as at its start, with a small HOT_CALLS and a stand-in
     driver: launches are recorded, not made."""
     sent = []
-    monkeypatch.setattr(_driver, "_launch_kernel", lambda *a: sent.append(a) or (0,))
+    monkeypatch.setattr(fast_launch, "_launch_kernel", lambda *a: sent.append(a) or (0,))
     for name, value in (("_fast_launch", None), ("_fast_wait", None), ("_calls", 0),
                         ("_build_thread", None), ("HOT_CALLS", 3)):
-        monkeypatch.setattr(_driver, name, value)
+        monkeypatch.setattr(fast_launch, name, value)
     return sent
 
 
@@ -74,8 +74,8 @@ def test_launches_use_the_bindings_until_the_process_is_hot_then_the_fast_launch
         built.append(record)
         return 0
 
-    monkeypatch.setattr(_driver, "_make_njit_launcher", lambda: fast)
-    monkeypatch.setattr(_driver, "_make_njit_wait", lambda: None)
+    monkeypatch.setattr(fast_launch, "_make_njit_launcher", lambda: fast)
+    monkeypatch.setattr(fast_launch, "_make_njit_wait", lambda: None)
     record = _driver.LaunchRecord(0x1234, (2, 1, 1, 32, 1, 1, 64), 0x99, 0x5000)
     launch = _driver.launcher()
     assert launch is not fast
@@ -92,20 +92,20 @@ def test_launches_use_the_bindings_until_the_process_is_hot_then_the_fast_launch
 
 def test_no_fast_calls_are_built_when_switched_off(fresh_fast_calls, monkeypatch):
     monkeypatch.setenv("TENFERRO_FAST_LAUNCH", "0")
-    monkeypatch.setattr(_driver, "_make_njit_launcher", lambda: pytest.fail("built"))
+    monkeypatch.setattr(fast_launch, "_make_njit_launcher", lambda: pytest.fail("built"))
     record = _driver.LaunchRecord(0x1, (1, 1, 1, 1, 1, 1, 0), 0x2, 0x3)
     for _ in range(5):
         assert _driver.launcher()(record.address) == 0
-    assert _driver._build_thread is None and _driver.build_fast_calls() is False
+    assert fast_launch._build_thread is None and _driver.build_fast_calls() is False
     assert len(fresh_fast_calls) == 5
 
 
 def test_a_record_gone_leaves_a_newer_one_at_its_address():
     a = _driver.LaunchRecord(0x10, (1, 1, 1, 1, 1, 1, 0), 0x2, 0x3)
     address = a.address
-    assert address in _driver._record_calls
+    assert address in fast_launch._record_calls
     del a
-    assert address not in _driver._record_calls
+    assert address not in fast_launch._record_calls
 
 
 def _pathfinder_answers(monkeypatch, answers):
