@@ -2,7 +2,7 @@ import pytest
 
 import tenferro as tf
 from tenferro import _driver
-from tenferro._driver import fast_launch, results
+from tenferro._driver import fast_launch, modules, results
 
 
 def _has_driver() -> bool:
@@ -205,7 +205,7 @@ class _ParamInfoDriver:
 @pytest.mark.parametrize("count", [(0, 3), (801,), "missing"])
 def test_a_functions_parameter_layout_is_asked_only_for_parameters_it_has(monkeypatch, count):
     fake = _ParamInfoDriver(count)
-    monkeypatch.setattr(_driver, "cu", fake)
+    monkeypatch.setattr(modules, "cu", fake)
     assert _driver.func_param_layout(0x77) == list(_ParamInfoDriver.LAYOUT)
     # with the count, no index past the last (a failing call compute-sanitizer reports)
     assert fake.asked == ([0, 1, 2] if count == (0, 3) else [0, 1, 2, 3])
@@ -218,7 +218,7 @@ def test_the_driver_gives_a_kernels_parameter_layout(session):
     fn = session.compile(AXPY).function("axpy")  # (float*, const float*, float, unsigned)
     assert _driver.func_param_layout(fn.handle) == [(0, 8), (8, 8), (16, 4), (20, 4)]
     try:
-        has_count = not _driver.cu.cuFuncGetParamCount(_driver.cu.CUfunction(fn.handle))[0]
+        has_count = not results.cu.cuFuncGetParamCount(results.cu.CUfunction(fn.handle))[0]
     except Exception:  # a driver without it: the probe is the way
         has_count = False
     print(f"cuFuncGetParamCount available: {has_count}")

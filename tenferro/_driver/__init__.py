@@ -17,10 +17,30 @@ from .fast_launch import (
     ExtendedLaunchRecord,
     LaunchRecord,
     build_fast_calls,
-    launch_config,
     launch_record,
     launcher,
     wait_for_stream,
+)
+from .graphs import (
+    ExecutableGraph,
+    capture_begin,
+    capture_end,
+    graph_destroy,
+    graph_node_count,
+)
+from .modules import (
+    func_attribute,
+    func_param_layout,
+    func_set_attribute,
+    func_set_max_dynamic_shared,
+    kernel_function,
+    max_active_clusters,
+    module_function_names,
+    module_get_function,
+    module_get_global,
+    module_load_data,
+    module_unload,
+    occupancy_blocks,
 )
 from .nvrtc import cuda_include_dirs, nvrtc_compile, nvrtc_version
 from .results import check, cu, fail, raise_launch_error
@@ -406,165 +426,3 @@ def pointer_info(ptr: int) -> tuple[str, int]:
     if mem_type == int(cu.CUmemorytype.CU_MEMORYTYPE_HOST):
         return MEMORY_HOST, int(ordinal)
     return MEMORY_UNKNOWN, -1
-
-
-# --- modules and functions --------------------------------------------------------------------
-
-
-def module_load_data(image: bytes, op: str) -> int:
-    """Load a PTX (NUL-terminated) or CUBIN image into the current context."""
-    return int(check(op, cu.cuModuleLoadData(image)))
-
-
-def module_unload(module: int) -> None:
-    """Unload a module."""
-    check("cuModuleUnload", cu.cuModuleUnload(cu.CUmodule(module)))
-
-
-def module_get_global(module: int, name: str, op: str) -> tuple[int, int]:
-    """The address and size of the module's variable ``name`` (CUDA_ERROR_NOT_FOUND if none)."""
-    ptr, nbytes = check(op, cu.cuModuleGetGlobal(cu.CUmodule(module), name.encode()))
-    return int(ptr), int(nbytes)
-
-
-def module_get_function(module: int, name: str) -> int | None:
-    """The function ``name`` of a module, or None when the module has no such entry."""
-    res = cu.cuModuleGetFunction(cu.CUmodule(module), name.encode())
-    if res[0] == cu.CUresult.CUDA_ERROR_NOT_FOUND:
-        return None
-    return int(check("cuModuleGetFunction", res))
-
-
-def module_function_names(module: int) -> list[str]:
-    """The names of every kernel in a module."""
-    mod = cu.CUmodule(module)
-    count = check("cuModuleGetFunctionCount", cu.cuModuleGetFunctionCount(mod))
-    funcs = check("cuModuleEnumerateFunctions", cu.cuModuleEnumerateFunctions(count, mod))
-    return sorted(check("cuFuncGetName", cu.cuFuncGetName(f)).decode() for f in funcs)
-
-
-_FA = cu.CUfunction_attribute if cu is not None else None
-
-
-def kernel_function(kernel: int, op: str) -> int:
-    """The CUfunction of a library kernel (CUkernel) in the current context."""
-    return int(check(op, cu.cuKernelGetFunction(cu.CUkernel(kernel))))
-
-
-def func_attribute(func: int, name: str) -> int:
-    """A function attribute by its CU_FUNC_ATTRIBUTE_ suffix (``"MAX_THREADS_PER_BLOCK"``)."""
-    attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
-    return int(check("cuFuncGetAttribute", cu.cuFuncGetAttribute(attr, cu.CUfunction(func))))
-
-
-def occupancy_blocks(func: int, threads: int, shared_mem_bytes: int, op: str) -> int:
-    """Blocks of ``threads`` threads that fit on one multiprocessor at once (the occupancy API)."""
-    return int(check(op, cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        cu.CUfunction(func), threads, shared_mem_bytes)))
-
-
-def func_set_attribute(func: int, name: str, value: int, op: str) -> None:
-    """Set a function attribute by its CU_FUNC_ATTRIBUTE_ suffix."""
-    attr = getattr(_FA, "CU_FUNC_ATTRIBUTE_" + name)
-    check(op, cu.cuFuncSetAttribute(cu.CUfunction(func), attr, value))
-
-
-def max_active_clusters(func: int, dims: tuple, cluster: tuple, stream: int, op: str) -> int:
-    """Clusters of this launch shape that can run at once on the device (0: none fits)."""
-    config = launch_config(dims, stream, cluster, False)
-    return int(check(op, cu.cuOccupancyMaxActiveClusters(cu.CUfunction(func), config)))
-
-
-def func_set_max_dynamic_shared(func: int, nbytes: int, op: str) -> None:
-    """Allow ``nbytes`` of dynamic shared memory for ``func`` (needed above 48 KiB)."""
-    func_set_attribute(func, "MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes, op)
-
-
-def func_param_layout(func: int) -> list[tuple[int, int]]:
-    """(offset, size) of each parameter, as the driver laid them out (cuFuncGetParamInfo).
-
-    The count comes from cuFuncGetParamCount where the driver has it; an older driver is
-    probed until cuFuncGetParamInfo refuses the index past the last (an API error that
-    compute-sanitizer reports, so only where the count cannot be had).
-    """
-    f = cu.CUfunction(func)
-    try:
-        res = cu.cuFuncGetParamCount(f)
-    except Exception:  # the bindings' entry point is missing from this driver
-        res = (cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
-    if not res[0]:
-        return [_param_info(f, i) for i in range(int(res[1]))]
-    out: list[tuple[int, int]] = []
-    while True:
-        res = cu.cuFuncGetParamInfo(f, len(out))
-        if res[0] == cu.CUresult.CUDA_ERROR_INVALID_VALUE:
-            return out
-        off, size = check("cuFuncGetParamInfo", res)
-        out.append((int(off), int(size)))
-
-
-def _param_info(f: Any, i: int) -> tuple[int, int]:
-    off, size = check("cuFuncGetParamInfo", cu.cuFuncGetParamInfo(f, i))
-    return int(off), int(size)
-
-
-# --- graphs -----------------------------------------------------------------------------------
-
-
-def capture_begin(stream: int, op: str) -> None:
-    """Begin capturing ``stream`` into a graph (thread-local mode: other threads unaffected)."""
-    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    check(op, cu.cuStreamBeginCapture(cu.CUstream(stream), mode))
-
-
-def capture_end(stream: int, op: str) -> int:
-    """End the capture of ``stream``; the captured graph's handle (0 when none was made)."""
-    return int(check(op, cu.cuStreamEndCapture(cu.CUstream(stream))) or 0)
-
-
-def graph_node_count(graph: int) -> int:
-    """How many nodes a graph has."""
-    res = cu.cuGraphGetNodes(cu.CUgraph(graph), 0)
-    return int(check("cuGraphGetNodes", res)[1])
-
-
-def graph_destroy(graph: int) -> None:
-    """Destroy a graph."""
-    check("cuGraphDestroy", cu.cuGraphDestroy(cu.CUgraph(graph)))
-
-
-class ExecutableGraph:
-    """An instantiated graph bound to the stream it replays on; destroyed by `destroy`."""
-
-    __slots__ = ("_exec", "_stream", "handle")
-
-    def __init__(self, graph: int, stream: int, op: str) -> None:
-        self._exec = check(op, cu.cuGraphInstantiate(cu.CUgraph(graph), 0))
-        self._stream = cu.CUstream(stream)
-        self.handle = int(self._exec)
-
-    def launch(self, op: str) -> None:
-        """Enqueue the graph on its stream."""
-        err = cu.cuGraphLaunch(self._exec, self._stream)[0]
-        if err:
-            raise fail(op, err)
-
-    def update(self, graph: int, op: str) -> str | None:
-        """Take ``graph``'s node parameters in place (cuGraphExecUpdate); None when it did.
-
-        Otherwise the reason, the CUgraphExecUpdateResult's name (the topology changed, a node's
-        function changed, ...), and this executable graph may be left part-updated: the caller
-        makes a new one from its own graph.
-        """
-        err, info = cu.cuGraphExecUpdate(self._exec, cu.CUgraph(graph))
-        if err == cu.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
-            # cuda.bindings returns no result info with an error: the error's name is the reason
-            return info.result.name if info is not None else err.name
-        check(op, (err,))
-        return None
-
-    def destroy(self) -> None:
-        """Destroy the executable graph (once; later calls do nothing)."""
-        if self.handle:
-            self.handle = 0
-            check("cuGraphExecDestroy", cu.cuGraphExecDestroy(self._exec))

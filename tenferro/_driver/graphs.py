@@ -1,0 +1,72 @@
+"""CUDA graphs: stream capture into a graph, and the executable graph that replays it.
+
+A capture is thread-local (other threads' calls are unaffected by it), and an empty one is
+graph 0. `ExecutableGraph` is instantiated once, bound to the stream it replays on, and updated
+in place where the driver can take the new graph's parameters.
+"""
+
+from __future__ import annotations
+
+from .results import check, cu, fail
+
+__all__ = ["ExecutableGraph", "capture_begin", "capture_end", "graph_destroy",
+           "graph_node_count"]
+
+
+def capture_begin(stream: int, op: str) -> None:
+    """Begin capturing ``stream`` into a graph (thread-local mode: other threads unaffected)."""
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    check(op, cu.cuStreamBeginCapture(cu.CUstream(stream), mode))
+
+
+def capture_end(stream: int, op: str) -> int:
+    """End the capture of ``stream``; the captured graph's handle (0 when none was made)."""
+    return int(check(op, cu.cuStreamEndCapture(cu.CUstream(stream))) or 0)
+
+
+def graph_node_count(graph: int) -> int:
+    """How many nodes a graph has."""
+    res = cu.cuGraphGetNodes(cu.CUgraph(graph), 0)
+    return int(check("cuGraphGetNodes", res)[1])
+
+
+def graph_destroy(graph: int) -> None:
+    """Destroy a graph."""
+    check("cuGraphDestroy", cu.cuGraphDestroy(cu.CUgraph(graph)))
+
+
+class ExecutableGraph:
+    """An instantiated graph bound to the stream it replays on; destroyed by `destroy`."""
+
+    __slots__ = ("_exec", "_stream", "handle")
+
+    def __init__(self, graph: int, stream: int, op: str) -> None:
+        self._exec = check(op, cu.cuGraphInstantiate(cu.CUgraph(graph), 0))
+        self._stream = cu.CUstream(stream)
+        self.handle = int(self._exec)
+
+    def launch(self, op: str) -> None:
+        """Enqueue the graph on its stream."""
+        err = cu.cuGraphLaunch(self._exec, self._stream)[0]
+        if err:
+            raise fail(op, err)
+
+    def update(self, graph: int, op: str) -> str | None:
+        """Take ``graph``'s node parameters in place (cuGraphExecUpdate); None when it did.
+
+        Otherwise the reason, the CUgraphExecUpdateResult's name (the topology changed, a node's
+        function changed, ...), and this executable graph may be left part-updated: the caller
+        makes a new one from its own graph.
+        """
+        err, info = cu.cuGraphExecUpdate(self._exec, cu.CUgraph(graph))
+        if err == cu.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
+            # cuda.bindings returns no result info with an error: the error's name is the reason
+            return info.result.name if info is not None else err.name
+        check(op, (err,))
+        return None
+
+    def destroy(self) -> None:
+        """Destroy the executable graph (once; later calls do nothing)."""
+        if self.handle:
+            self.handle = 0
+            check("cuGraphExecDestroy", cu.cuGraphExecDestroy(self._exec))
