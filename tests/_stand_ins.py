@@ -68,6 +68,7 @@ class TwoDevices:
         from cuda.bindings import driver as cu
 
         from tenferro import _driver
+        from tenferro._driver import context
 
         ok = cu.CUresult.CUDA_SUCCESS
         self.peers = {(0xD0, 0xD1), (0xD1, 0xD0)}
@@ -88,5 +89,5 @@ class TwoDevices:
         }
         for name, call in calls.items():
             monkeypatch.setattr(cu, name, call)
-        monkeypatch.setattr(_driver, "_peer_enabled", set())
+        monkeypatch.setattr(context, "_peer_enabled", set())
         self.contexts = (_driver.PrimaryContext(0), _driver.PrimaryContext(1))
