@@ -85,6 +85,33 @@ def test_the_driver_seam_lists_what_crosses_it():
     assert all(hasattr(_driver, name) for name in _driver.__all__)
 
 
+def test_the_driver_package_gathers_the_seam_and_its_modules_import_one_way():
+    # _driver/__init__.py imports exactly the seam's names and does nothing else; each private
+    # module says what it holds and what it offers (__all__), and no two import each other,
+    # directly or round a circle.
+    import graphlib
+
+    from tenferro import _driver
+
+    init = ast.parse((PACKAGE / "_driver" / "__init__.py").read_text())
+    gathered = {a.asname or a.name for node in init.body if isinstance(node, ast.ImportFrom)
+                for a in node.names}
+    assert gathered == set(_driver.__all__)
+    assert all(isinstance(node, (ast.ImportFrom, ast.Assign)) for node in init.body[1:])
+    imports = {}
+    for path in sorted((PACKAGE / "_driver").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        assert ast.get_docstring(tree), f"_driver/{path.name} says nothing of what it holds"
+        assert any(isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"
+                   for node in tree.body), f"_driver/{path.name} has no __all__"
+        imports[path.stem] = {node.module for node in ast.walk(tree)
+                              if isinstance(node, ast.ImportFrom) and node.level == 1}
+    assert None not in set().union(*imports.values())  # "from . import x" would hide a module
+    tuple(graphlib.TopologicalSorter(imports).static_order())  # CycleError on a circle
+
+
 def _code_lines(path):
     """Lines of code: docstrings, comments and blank lines aside."""
     tree = ast.parse(path.read_text())
