@@ -26,15 +26,9 @@ __all__ = [
     "i16", "i32", "i64", "local_device", "u8", "u16", "u32", "u64",
 ]
 
-import os as _os
+from ._checkout import find_checkout_kernels as _find_checkout_kernels
 
-# The ready kernels live in the repository's top-level kernels/ and install as tenferro.kernels
-# (pyproject's package-dir). Imported from a checkout on sys.path, point the subpackage there.
-_checkout_kernels = _os.path.join(_os.path.dirname(__path__[0]), "kernels", "__init__.py")
-if not _os.path.isfile(_os.path.join(__path__[0], "kernels", "__init__.py")) and _os.path.isfile(
-        _checkout_kernels):  # a stale tenferro/kernels/__pycache__ alone does not count
-    __path__.append(_os.path.dirname(__path__[0]))
-del _checkout_kernels
+_find_checkout_kernels(__path__[0])  # a checkout's top-level kernels/ is tenferro.kernels
 
 
 def load_ipython_extension(ipython: object) -> None:
