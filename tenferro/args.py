@@ -32,6 +32,9 @@ from .signature import (
 )
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 
+# What a function built from source at run time says of itself: where its source is written.
+_GENERATED = "Generated for one signature by tenferro.{} (its source is built there)."
+
 __all__ = [
     "KernelArg", "PackedParams", "ParamBlock", "check_overlaps",
     "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
@@ -384,11 +387,13 @@ class ParamBlock(PackedParams):
         is written and returned is what the general loop writes and returns.
         """
         lines = ["def pack(args, state, op):",
+                 f'    """{_GENERATED.format("args.ParamBlock._straight_line_pack")}"""',
                  "    prev = block.last_args",
                  "    if prev and len(args) == len(prev) and all(map(_is, args, prev)):",
                  "        return block.last_spans",
                  "    return pack_new(args, state, op)",
                  "def pack_new(args, state, op):",
+                 f'    """{_GENERATED.format("args.ParamBlock._straight_line_pack")}"""',
                  f"    if len(args) != {self.nparams}:",
                  "        return general(args, state, op)",
                  "    block.last_args = ()",
@@ -448,7 +453,8 @@ class ParamBlock(PackedParams):
                      **consts,
                      "KernelArg": KernelArg, "TensorMut": TensorMut, "TensorRef": TensorRef,
                      "DeviceBytes": DeviceBytes, "check_overlaps": check_overlaps}
-        exec("\n".join(lines), namespace)
+        exec(compile("\n".join(lines), "<tenferro.args.ParamBlock._straight_line_pack>", "exec"),
+             namespace)
         return namespace["pack"], namespace["pack_new"]
 
     def fresh(self) -> ParamBlock:

@@ -204,12 +204,16 @@ class NumbaParamBlock(PackedParams):
                 writes.append(f"        V{i}[0] = a{i}")
         unpack = f"    {', '.join(names)}, = args" if names else "    pass"
         test = " and ".join(tests) or "True"
+        doc = ('    """Generated for one signature by tenferro.numba_kernels.NumbaParamBlock.'
+               '_straight_line_checks (its source is built there)."""')
         lines = ["def takes_quickly(args):",
+                 doc,
                  f"    if len(args) != {self.nparams}:",
                  "        return False",
                  unpack,
                  f"    return {test}",
                  "def quick_pack(args):",
+                 doc,
                  f"    if len(args) != {self.nparams}:",
                  "        return False",
                  unpack,
@@ -217,7 +221,9 @@ class NumbaParamBlock(PackedParams):
                  *writes,
                  "        return True",
                  "    return False"]
-        exec("\n".join(lines), consts)
+        exec(compile("\n".join(lines),
+                     "<tenferro.numba_kernels.NumbaParamBlock._straight_line_checks>", "exec"),
+             consts)
         return consts["takes_quickly"], consts["quick_pack"]
 
     def pack(self, args: list | tuple, state: Any, op: str) -> list:

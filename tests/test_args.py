@@ -838,3 +838,18 @@ def test_each_pair_of_three_spans_is_checked_for_overlap(ptrs, names):
     # each span just past the one before it: the last placement accepted
     b.pack([_mut(0x1000), _ref(0x1010), _mut(0x1020), tf.u32(4)], None, "session.launch")
     assert _read(b, 2, "<Q") == 0x1020
+
+
+def test_the_generated_pack_says_where_its_source_is_built():
+    import traceback
+
+    from tenferro.signature import parse_ptx
+
+    block = ParamBlock(parse_ptx(PTX_ONLY)["raw"])
+    generated = block.pack_new  # made from source at run time, as its `pack` is
+    assert "tenferro.args.ParamBlock._straight_line_pack" in generated.__doc__
+    assert generated.__code__.co_filename == "<tenferro.args.ParamBlock._straight_line_pack>"
+    with pytest.raises(tf.ValidationError) as refused:  # a string where a pointer goes
+        block.pack(["text", tf.u32(1), tf.f32(1.0)], _OURS, "session.launch")
+    frames = traceback.extract_tb(refused.value.__traceback__)
+    assert any(f.filename == "<tenferro.args.ParamBlock._straight_line_pack>" for f in frames)
