@@ -1,4 +1,25 @@
-"""tenferro: write and launch your own CUDA kernels from Python, checked and fast."""
+"""tenferro: write and launch your own CUDA kernels from Python, checked and fast.
+
+A tour: the modules a launch passes through, in order.
+
+``s.tensor(x)`` (`tenferro.session`) hands the session's `SessionState` (`tenferro._state`)
+to `tenferro.span_import`, which reads a torch tensor's fields (`tenferro.interop.producers`)
+or any other producer's DLPack / CAI record (`tenferro.interop.foreign`), checks it, orders
+the session's stream after the producer's (`tenferro.interop.streams`) and makes a span
+(`tenferro.spans`).
+
+``s.launch(fn, config, args)`` goes to `tenferro.launch`: a Function launched again with its
+last config and the very same argument objects takes the fast path; anything new is checked
+first: the function (a `tenferro.numba_kernels` kernel is specialized to its Function of
+`tenferro.module`), the config against the device and the function (`tenferro.launch_config`),
+and every argument against the kernel's parameter list (`tenferro.signature`), packed into
+the kernel's parameter block (`tenferro.args`). Then `SessionState.enqueue` (or its fast
+variant) orders the stream after pending producers, calls the launcher
+(`tenferro._driver.fast_launch`: an @njit ``cuLaunchKernel``), records and counts the launch,
+and hands its spans to `tenferro._liveness`, which keeps their owners alive until the stream
+has passed the launch. Bound launches and graph replay (`tenferro.graph`) end in the same
+enqueue routine.
+"""
 
 from .args import KernelArg, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .compiler import CompiledCuda, cache_stats, compile_cuda

@@ -36,7 +36,7 @@ from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 _GENERATED = "Generated for one signature by tenferro.{} (its source is built there)."
 
 __all__ = [
-    "KernelArg", "PackedParams", "ParamBlock", "check_overlaps",
+    "KernelArg", "ParamBlockBase", "ParamBlock", "check_overlaps",
     "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
 ]
 
@@ -241,7 +241,7 @@ def _pack_python(p: Param, a: Any, op: str, i: int) -> bytes:
         f"pass a typed scalar (tf.u64(...), tf.f32(...)) or a span")
 
 
-class PackedParams:
+class ParamBlockBase:
     """One kernel's arguments packed in one buffer, and the pointer array cuLaunchKernel takes.
 
     The part `ParamBlock` (CUDA C, PTX, CUBIN) and the numba block share: the buffer laid out
@@ -338,7 +338,7 @@ class PackedParams:
         raise NotImplementedError
 
 
-class ParamBlock(PackedParams):
+class ParamBlock(ParamBlockBase):
     """The packed arguments of a CUDA C, PTX or CUBIN kernel, checked against its `Signature`.
 
     Made once per kernel (or per bound launch); `pack` overwrites the values in place, so a
@@ -374,11 +374,11 @@ class ParamBlock(PackedParams):
         self._pack, self.pack_new = self._straight_line_pack()
 
     def pack(self, args: list | tuple, state: Any, op: str) -> list:
-        """`PackedParams.pack`, through straight-line code made for this signature."""
+        """`ParamBlockBase.pack`, through straight-line code made for this signature."""
         return self._pack(args, state, op)
 
     def _straight_line_pack(self) -> tuple[Any, Any]:
-        """``(pack, pack_new)``: `PackedParams.pack` unrolled for this signature.
+        """``(pack, pack_new)``: `ParamBlockBase.pack` unrolled for this signature.
 
         As PyCUDA's ``prepare`` does; ``pack_new`` is the same without the identity test.
         Each parameter gets the one test its usual argument passes (a span of this session

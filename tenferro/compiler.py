@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
-from . import variables as variables_part
 from .errors import BackendError, CompileError, ValidationError
 from .signature import (
     Signature,
@@ -31,7 +30,8 @@ from .signature import (
     refine_with_source,
     with_c_types,
 )
-from .variables import Variable
+from .variables import PROBE_SOURCE, Variable, listed, probe_expressions, ptx_variables
+from .variables import with_c_types as variables_with_c_types
 
 __all__ = ["STD_HEADERS_DIR", "CompiledCuda", "cache_dir", "cache_stats", "compile_cuda"]
 
@@ -80,7 +80,7 @@ class CompiledCuda:
     def __repr__(self) -> str:
         kernels = "; ".join(sig.declaration() for sig in self.signatures.values())
         return (f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
-                f"{variables_part.listed(self.variables)})")
+                f"{listed(self.variables)})")
 
     def _repr_html_(self) -> str:
         return kernels_html(f"CompiledCuda: {self._what()}", self.signatures)
@@ -402,8 +402,8 @@ def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> di
     Where one of them cannot be named at the end of the source, which spoils the compile of
     them all, each is probed alone, so only it keeps PTX's view.
     """
-    exprs = variables_part.probe_expressions(variables_part.ptx_variables(ptx, source))
-    return _lowered_probes_apart(source + variables_part.PROBE_SOURCE, name, options, exprs)
+    exprs = probe_expressions(ptx_variables(ptx, source))
+    return _lowered_probes_apart(source + PROBE_SOURCE, name, options, exprs)
 
 
 def _lowered_probes_apart(source: str, name: str, options: list[str],
@@ -440,7 +440,7 @@ def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) 
     sigs = with_c_types(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False),
                         entry.get("probes") or {})
     sigs = refine_with_source(sigs, source)  # names; the text's types where the compiler's lack
-    variables = variables_part.with_c_types(variables_part.ptx_variables(entry["ptx"], source),
+    variables = variables_with_c_types(ptx_variables(entry["ptx"], source),
                                             entry["variable_probes"])
     image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
     return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),

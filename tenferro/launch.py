@@ -18,13 +18,13 @@ from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
 
-__all__ = ["BoundLaunch", "bind", "launch", "launch_checked", "launchable"]
+__all__ = ["BoundLaunch", "bind", "launch", "checked_function", "launch_checked"]
 
 _get_ident = threading.get_ident
 _is = operator.is_
 
 
-def launchable(st: Any, fn: Any, config: Any, args: list | tuple, op: str) -> Function:
+def checked_function(st: Any, fn: Any, config: Any, args: list | tuple, op: str) -> Function:
     """The Function to launch, with the session, fn, config and args checked."""
     st.check_use(op)
     if not isinstance(args, (list, tuple)):
@@ -89,7 +89,7 @@ def launch(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
 def launch_checked(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
     """`launch` when anything is new: a function, a config, a capture, another thread."""
     op = "session.launch"
-    fn = launchable(st, fn, config, args, op)
+    fn = checked_function(st, fn, config, args, op)
     param_block = fn.param_block
     replaced = param_block.last_spans
     spans = param_block.pack(args, st, op)
@@ -103,7 +103,7 @@ def launch_checked(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
 def bind(st: Any, fn: Any, config: Any, args: list | tuple) -> BoundLaunch:
     """``s.bind``: every check and the packing of a launch, once; a NumbaKernel specializes."""
     op = "session.bind"
-    fn = launchable(st, fn, config, args, op)
+    fn = checked_function(st, fn, config, args, op)
     return BoundLaunch(st, fn, config, args, op)
 
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _driver
-from . import variables as variables_part
 from .compiler import compile_cuda
 from .entries import find_entry
 from .errors import BackendError, KernelFault, ValidationError
 from .launch_config import LaunchConfig, check_against
 from .signature import Signature, display_name, from_driver_layout, kernels_html, parse_ptx
-from .variables import Variable
+from .spans import DeviceBytes, TensorMut
+from .variables import Variable, listed, module_variable, ptx_variables
 
 __all__ = ["Function", "KernelAttributes", "Module", "Occupancy"]
 
@@ -83,7 +83,21 @@ class Module:
     def _names(self) -> list[str]:
         return sorted(set(self.signatures) | set(_driver.module_function_names(self.handle)))
 
-    variable = variables_part.module_variable  # module.variable(name, dtype=None): a span
+    def variable(self, name: str, dtype: Any = None) -> TensorMut | DeviceBytes:
+        """A writable span over the module's ``__device__`` or ``__constant__`` variable ``name``.
+
+        Args:
+            name: The name as the source writes it (``table``, ``ns::flags``) or as PTX does.
+            dtype: The elements' dtype where the C declaration does not say (a struct, PTX
+                loaded as is, a CUBIN); None gives the declared type, or `DeviceBytes`.
+
+        Returns:
+            A `TensorMut` typed from the C declaration, or `DeviceBytes`.
+
+        Raises:
+            ValidationError: No such variable, or ``dtype`` disagrees with its declaration.
+        """
+        return module_variable(self, name, dtype)
 
     @property
     def function_names(self) -> list[str]:
@@ -140,7 +154,7 @@ class Module:
     def __repr__(self) -> str:
         kernels = "; ".join(self.signatures[e].declaration() for e in sorted(self.signatures))
         return (f"Module({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
-                f"{variables_part.listed(self.variables)})")
+                f"{listed(self.variables)})")
 
     def _repr_html_(self) -> str:
         return kernels_html(f"Module: {self._what()}", self.signatures)
@@ -391,7 +405,7 @@ def load_ptx_module(st: Any, text: str | bytes) -> Module:
     sigs = parse_ptx(text, op)
     image = text.encode() + b"\0"
     return st.add_module(Module(st, image, "ptx", sigs, None, op,
-                               variables=variables_part.ptx_variables(text)))
+                               variables=ptx_variables(text)))
 
 
 def load_cubin_module(st: Any, image: bytes) -> Module:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import _driver, dtypes
-from .args import KernelArg, PackedParams
+from .args import KernelArg, ParamBlockBase
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
@@ -147,10 +147,10 @@ def _array_source(value: Any, alias: dict[str, int], ir: Any) -> int | None:
     return None
 
 
-class NumbaParamBlock(PackedParams):
+class NumbaParamBlock(ParamBlockBase):
     """numba's argument layout in one buffer, with cuLaunchKernel's pointer array into it.
 
-    `pack` is `PackedParams.pack` (check every argument, write it in place, return the spans),
+    `pack` is `ParamBlockBase.pack` (check every argument, write it in place, return the spans),
     with one shortcut: where the arrays are the very spans packed last and every scalar is a
     numpy scalar of its parameter's own type (``np.float32(x)`` made in the call), the
     scalars are written and nothing else runs.
@@ -227,7 +227,7 @@ class NumbaParamBlock(PackedParams):
         return consts["takes_quickly"], consts["quick_pack"]
 
     def pack(self, args: list | tuple, state: Any, op: str) -> list:
-        """`PackedParams.pack`; new numpy scalars of their own types alone are just written."""
+        """`ParamBlockBase.pack`; new numpy scalars of their own types alone are just written."""
         if self._quick_pack(args):
             self.last_args = tuple(args)  # these scalars are now the ones packed
             return self.last_spans
@@ -240,7 +240,7 @@ class NumbaParamBlock(PackedParams):
     pack_new = pack  # its shortcut is its own test
 
     def forget(self) -> None:
-        """`PackedParams.forget`, and the arrays the shortcut compares with."""
+        """`ParamBlockBase.forget`, and the arrays the shortcut compares with."""
         super().forget()
         self._last_arrays[:] = [_UNSET] * len(self._last_arrays)
 

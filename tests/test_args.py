@@ -448,9 +448,9 @@ _OURS = object()  # the session the spans of these tests belong to
 
 
 def _general(block, args):
-    from tenferro.args import PackedParams
+    from tenferro.args import ParamBlockBase
 
-    return PackedParams.pack(block, args, _OURS, "session.launch")
+    return ParamBlockBase.pack(block, args, _OURS, "session.launch")
 
 
 def _fitting(p, pool):
