@@ -250,36 +250,6 @@ def test_a_config_survives_pickle_and_copy(config):
         assert again.cooperative is config.cooperative and hash(again) == hash(config)
 
 
-def test_an_equal_config_keeps_the_functions_launch_record(monkeypatch):
-    import types
-
-    from tenferro import launch_config, module
-
-    made = []
-
-    def record(*args):
-        made.append(args)
-        return types.SimpleNamespace(address=len(made))
-
-    monkeypatch.setattr(module._driver, "launch_record", record)
-    fn = object.__new__(module.Function)
-    fn.handle, fn.param_block = 0x10, types.SimpleNamespace(address=0x20)
-    fn.record_config = fn.last_config = module._NO_CONFIG
-    a = tf.LaunchConfig(8, 64)
-    launch_config._made.clear()
-    b = tf.LaunchConfig(8, 64)  # equal, another object
-    fn.use_config(a, 7)
-    fn.use_config(b, 7)
-    assert len(made) == 1 and fn.record_address == 1
-    assert fn.last_config is b and fn.record_config is b  # the fast path compares with b
-    fn.use_config(tf.LaunchConfig(8, 128), 7)  # another config: another record
-    assert len(made) == 2 and fn.record_address == 2
-    coop = tf.LaunchConfig(8, 64, cooperative=True)
-    fn.use_config(coop, 7)
-    fn.use_config(tf.LaunchConfig(8, 64, cooperative=True), 7)
-    assert len(made) == 3 and fn.last_config is module._NO_CONFIG  # never the fast path
-
-
 # --- LaunchConfig.auto: the block size chosen from the occupancy, without a GPU ---------------
 
 class _Occupied(_Fn):
