@@ -36,6 +36,16 @@ def test_torch_tensors_zero_copy_on_a_torch_stream(session, rng):
         assert session.tensor(half).scalar_type.name == "bf16"
 
 
+@pytest.mark.gpu
+def test_torch_tensor_that_requires_grad_is_refused_by_name(session):
+    torch = pytest.importorskip("torch")
+    w = torch.ones(8, device="cuda", requires_grad=True)
+    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack__\(\) of Tensor "
+                                                 r"refused to export: \w+Error: "):
+        session.tensor(w)
+    assert session.tensor(w.detach()).ptr == w.data_ptr()
+
+
 class _Fields:
     """A producer read directly, as torch tensors are: its reader returns its fields."""
 
