@@ -91,3 +91,58 @@ class TwoDevices:
             monkeypatch.setattr(cu, name, call)
         monkeypatch.setattr(context, "_peer_enabled", set())
         self.contexts = (_driver.PrimaryContext(0), _driver.PrimaryContext(1))
+
+
+class MemorySession:
+    """A session for the memory operations without a GPU: the allocator, the liveness counts
+    and the driver's copies and memsets as records."""
+
+    device, stream, is_open = 0, 7, True
+
+    def __init__(self, monkeypatch, capturing=False):
+        import threading
+
+        from tenferro import _driver
+
+        self.thread = threading.get_ident()
+        self.context = self.liveness = self
+        self.capturing, self.calls, self.held, self.allocated = capturing, [], [], 0
+        self.spare = []  # the small blocks kept for reuse, as Liveness keeps them
+        self.next_ptr = 0x10000
+        monkeypatch.setattr(_driver, "memset_d8_async",
+                            lambda *a: self.calls.append(("memset", *a)))
+        monkeypatch.setattr(_driver, "memcpy_htod_async",
+                            lambda *a: self.calls.append(("htod", *a)))
+        monkeypatch.setattr(_driver, "mem_free_async", lambda *a: self.calls.append(("free", *a)))
+
+    def check_use(self, op):
+        pass
+
+    def refuse_in_capture(self, op, why):
+        if self.capturing:
+            raise tf.RuntimeStateError(f"{op}: not allowed during s.capture(): {why}")
+
+    def alloc_async(self, nbytes, stream, op):
+        self.calls.append(("alloc", nbytes, stream, op))
+        self.next_ptr += 0x1000
+        return self.next_ptr
+
+    def allocated_bytes(self, nbytes):
+        self.allocated += nbytes
+
+    def hold(self, obj):
+        self.held.append(obj)
+
+    def take_block(self):
+        return self.spare.pop() if self.spare else 0
+
+    def keep_block(self, ptr):
+        self.spare.append(ptr)
+        return True
+
+    def free_spare_blocks(self):
+        self.calls += [("free", ptr, 7) for ptr in self.spare]
+        self.spare = []
+
+    def trim_pool(self, keep_bytes, op):
+        self.calls.append(("trim", keep_bytes, op))
