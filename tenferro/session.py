@@ -48,6 +48,8 @@ __all__ = ["FENCE_BYTES", "FENCE_EVERY", "Session", "from_dlpack", "state_of"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# What the methods on the path of every launch delegate to, bound once: they run per argument.
+_read_span, _write_span, _launch = span_import.tensor, span_import.tensor_mut, launch.launch
 
 
 def _reports_faults(method: Callable[Concatenate[Session, P], R]) -> Callable[
@@ -163,11 +165,11 @@ class Session:
 
         ``dtype`` is the dtype ``x`` must have; ``allow_strided`` admits non-compact strides.
         """
-        return span_import.tensor(self._state, x, dtype, allow_strided=allow_strided)
+        return _read_span(self._state, x, dtype, allow_strided)
 
     def tensor_mut(self, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> TensorMut:
         """An exclusive, writable span; refuses producers that marked their array read-only."""
-        return span_import.tensor_mut(self._state, x, dtype, allow_strided=allow_strided)
+        return _write_span(self._state, x, dtype, allow_strided)
 
     @_reports_faults
     def alloc_output(self, shape: int | tuple[int, ...], dtype: Any) -> Tensor:
@@ -256,7 +258,7 @@ class Session:
             ValidationError: An argument, the config or the function is refused (named).
             KernelFault: An earlier kernel's fault, which stops the session.
         """
-        launch.launch(self._state, fn, config, args)
+        _launch(self._state, fn, config, args)
 
     @_reports_faults
     def bind(self, fn: Function | NumbaKernel, config: LaunchConfig,
