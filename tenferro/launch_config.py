@@ -261,7 +261,7 @@ def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
     """`check_against`, and clusters and grid-wide sync against the device and the kernel.
 
     ``fn`` provides also ``compiled_cluster()``, ``grid_sync``, ``active_clusters(config, op)``,
-    ``resident_blocks(config, op)`` and ``session.context`` (its device's attributes).
+    ``resident_blocks(config, op)`` and ``state.context`` (its device's attributes).
     """
     check_against(config, fn, op)
     name = display_name(fn.name)
