@@ -246,8 +246,12 @@ class Session:
         return module.load_cubin_module(self._state, image)
 
     @_reports_faults
-    def numba_kernel(self, kernel: Any, signature: Any = None) -> NumbaKernel:
-        """A ``@cuda.jit`` kernel (or a plain function) compiled for this session's device."""
+    def numba_kernel(self, kernel: Any, signature: Any = None) -> NumbaKernel | Function:
+        """A ``@cuda.jit`` kernel (or a plain function) for this session's device.
+
+        A Function when ``signature`` is given (compiled now), else a kernel specialized to
+        the arguments of each launch.
+        """
         return numba_kernels.numba_kernel(self._state, kernel, signature)
 
     def launch(self, fn: Function | NumbaKernel, config: LaunchConfig,
