@@ -21,9 +21,10 @@ has passed the launch. Bound launches and graph replay (`tenferro.graph`) end in
 enqueue routine.
 """
 
+from ._version import __version__
 from .args import KernelArg, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .compiler import CompiledCuda, cache_stats, compile_cuda
-from .devices import device_count, local_device
+from .devices import device_count, is_available, local_device
 from .errors import (
     BackendError,
     CompileError,
@@ -41,10 +42,10 @@ from .tensor import Tensor
 
 __all__ = [
     "BackendError", "CompileError", "CompiledCuda", "DeviceBytes", "Event", "Function",
-    "KernelArg", "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session",
-    "Tensor", "TenferroError", "TensorMut", "TensorRef", "ValidationError", "bf16",
-    "cache_stats", "compile_cuda", "device_count", "f16", "f32", "f64", "from_dlpack", "i8",
-    "i16", "i32", "i64", "local_device", "u8", "u16", "u32", "u64",
+    "KernelArg", "KernelFault", "LaunchConfig", "Module", "RuntimeStateError", "Session", "Tensor",
+    "TenferroError", "TensorMut", "TensorRef", "ValidationError", "bf16", "__version__",
+    "cache_stats", "compile_cuda", "device_count", "f16", "f32", "f64", "from_dlpack", "i8", "i16",
+    "i32", "i64", "is_available", "local_device", "u8", "u16", "u32", "u64"
 ]
 
 from ._checkout import find_checkout_kernels as _find_checkout_kernels

@@ -1,10 +1,11 @@
-"""Command line: ``python -m tenferro demo [--device N]`` and ``python -m tenferro info``."""
+"""Command line: ``python -m tenferro demo [--device N]``, ``info`` and ``--version``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ._version import __version__
 from .errors import TenferroError
 
 
@@ -21,6 +22,7 @@ def _device_ordinal(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the command; return the exit status."""
     parser = argparse.ArgumentParser(prog="python -m tenferro")
+    parser.add_argument("--version", action="version", version=f"tenferro {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile and launch real kernels on a GPU and check them")
     demo.add_argument("--device", type=_device_ordinal, default=0,

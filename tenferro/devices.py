@@ -12,13 +12,26 @@ import os
 from . import _driver
 from .errors import RuntimeStateError, ValidationError
 
-__all__ = ["device_count", "local_device"]
+__all__ = ["device_count", "is_available", "local_device"]
 
 
 def device_count() -> int:
     """How many devices the driver sees in this process (after ``CUDA_VISIBLE_DEVICES``)."""
     _driver.ensure_init("tenferro.device_count")
     return _driver.device_count()
+
+
+def is_available() -> bool:
+    """True where the CUDA driver loads and sees at least one device; never raises.
+
+    The probe to ask before opening a `Session` (which raises `RuntimeStateError` with the
+    reason where this is False; ``python -m tenferro info`` prints what was found).
+    """
+    try:
+        _driver.ensure_init("tenferro.is_available")
+        return _driver.device_count() > 0
+    except Exception:  # no driver, a driver too old, no device: not available, for any reason
+        return False
 
 
 def local_device(env: str = "LOCAL_RANK", default: int = 0) -> int:

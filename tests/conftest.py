@@ -1,3 +1,4 @@
+import collections
 import os
 
 import numpy as np
@@ -64,3 +65,16 @@ class CAI:
 @pytest.fixture
 def cai():
     return CAI
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each reason tests were skipped for, once, with how many (not a line a test)."""
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("skipped, by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:5d}  {reason}")

@@ -8,6 +8,32 @@ import pytest
 import tenferro as tf
 
 
+def test_is_available_says_whether_a_device_is_seen_and_never_raises(monkeypatch):
+    from tenferro import _driver
+
+    def no_driver(op="x"):
+        raise tf.RuntimeStateError(f"{op}: no CUDA driver on this machine")
+
+    monkeypatch.setattr(_driver, "ensure_init", lambda op="x": None)
+    for count, available in ((0, False), (1, True), (8, True)):  # the first seen device counts
+        monkeypatch.setattr(_driver, "device_count", lambda count=count: count)
+        assert tf.is_available() is available
+    monkeypatch.setattr(_driver, "ensure_init", no_driver)
+    assert tf.is_available() is False
+
+    def broken():
+        raise OSError("libcuda.so: cannot open shared object file")
+
+    monkeypatch.setattr(_driver, "ensure_init", lambda op="x": None)
+    monkeypatch.setattr(_driver, "device_count", broken)
+    assert tf.is_available() is False
+
+
+@pytest.mark.gpu
+def test_is_available_on_a_gpu_machine(device):
+    assert tf.is_available() is True
+
+
 def test_local_device_refuses_bad_values(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "one")
     with pytest.raises(tf.ValidationError, match=r"tenferro\.local_device: LOCAL_RANK='one' is "

@@ -29,3 +29,15 @@ def test_demo_refuses_a_bad_device_without_a_traceback(value, why):
                        capture_output=True, text=True)
     assert r.returncode == 2 and f"argument --device: {why}" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_version_is_the_packages_one_place_and_the_installed_metadata():
+    import importlib.metadata
+
+    import tenferro as tf
+    from tenferro._version import __version__
+
+    done = subprocess.run([sys.executable, "-m", "tenferro", "--version"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == f"tenferro {tf.__version__}\n"
+    assert tf.__version__ == __version__ == importlib.metadata.version("tenferro")
