@@ -13,6 +13,8 @@ from typing import Any, Protocol
 from .errors import KernelFault, ValidationError
 from .signature import display_name
 
+__all__ = ["LaunchConfig", "LaunchTarget", "check_against", "check_launch", "choose_config"]
+
 
 class LaunchTarget(Protocol):
     """What the checks read of a kernel: a module's `Function` is one."""
@@ -40,7 +42,6 @@ class LaunchTarget(Protocol):
     def occupancy(self, block: int, shared_mem_bytes: int = 0) -> Any:
         """Blocks of this shape resident on one multiprocessor (`module.Occupancy`)."""
 
-__all__ = ["LaunchConfig", "LaunchTarget", "check_against", "check_launch", "choose_config"]
 
 _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
@@ -68,9 +69,14 @@ def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
 class LaunchConfig:
     """Grid and block dimensions and dynamic shared memory of one launch; immutable.
 
-    ``cluster=(x, y, z)`` groups blocks into thread-block clusters (sm_90 and later: blocks of
-    a cluster share distributed shared memory; ``cluster_blocks`` is their number, 0 without
-    clusters); ``cooperative=True`` makes a launch whose blocks all run at once, as
+    ``grid`` always counts blocks, clusters or not (CUDA C's ``<<<grid, block>>>`` and
+    cuLaunchKernelEx's meaning). ``cluster=(x, y, z)`` groups those blocks into thread-block
+    clusters (sm_90 and later: blocks of a cluster share distributed shared memory;
+    ``cluster_blocks`` is their number, 0 without clusters), so the grid must be a whole
+    number of clusters: ``LaunchConfig(4, 128, cluster=2)`` is 4 blocks in 2 clusters.
+    Porting from cuda.core: its ``LaunchConfig`` counts the grid in clusters when a cluster
+    is given (the same arguments there launch 8 blocks); multiply its grid by the cluster
+    shape. ``cooperative=True`` makes a launch whose blocks all run at once, as
     ``cooperative_groups::this_grid().sync()`` needs. Both launch through cuLaunchKernelEx; a
     config with neither takes the plain launch path.
 
@@ -203,7 +209,11 @@ class LaunchConfig:
         return self._hash
 
     def __repr__(self) -> str:
-        extra = "" if self.cluster is None else f", cluster={self.cluster}"
+        extra = ""
+        if self.cluster is not None:  # the grid counts blocks: say how many make the clusters
+            blocks = self.grid[0] * self.grid[1] * self.grid[2]
+            extra = (f", cluster={self.cluster}; {blocks} blocks in "
+                     f"{blocks // self.cluster_blocks} clusters")
         if self.cooperative:
             extra += ", cooperative=True"
         return (f"LaunchConfig(grid={self.grid}, block={self.block}, "

@@ -402,12 +402,13 @@ def test_a_config_with_clusters_or_cooperation_is_extended_and_says_so():
     assert not plain.extended and plain.cluster is None and plain.cooperative is False
     assert clustered.extended and clustered.cluster == (2, 2, 1)
     assert coop.extended and coop.cooperative is True
+    # The grid counts blocks (not clusters, as cuda.core's does): the repr says how many.
     assert repr(clustered) == ("LaunchConfig(grid=(8, 2, 1), block=(128, 1, 1), "
-                               "shared_mem_bytes=0, cluster=(2, 2, 1))")
+                               "shared_mem_bytes=0, cluster=(2, 2, 1); 16 blocks in 4 clusters)")
     assert repr(coop).endswith("shared_mem_bytes=0, cooperative=True)")
     assert repr(plain).endswith("shared_mem_bytes=0)")
     assert repr(tf.LaunchConfig(8, 128, cluster=2, cooperative=True)).endswith(
-        "shared_mem_bytes=0, cluster=(2, 1, 1), cooperative=True)")
+        "shared_mem_bytes=0, cluster=(2, 1, 1); 8 blocks in 4 clusters, cooperative=True)")
     # Equal only with the same cluster and cooperation: a checked config is not reused for both.
     assert len({plain, coop, tf.LaunchConfig(8, 128, cluster=1), tf.LaunchConfig(8, 128)}) == 3
     assert tf.LaunchConfig(8, 128, cluster=(8,)) == tf.LaunchConfig(8, 128, cluster=8)
