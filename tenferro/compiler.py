@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ _CACHE_FORMAT = 5  # 2: C-type probes; 3: the variables' too; 4: nvrtc_std; 5: n
 # What NVRTC lacks of the C and C++ library headers (<cstdint>, <cmath>, ...), from libcu++;
 # searched after the user's own -I folders.
 STD_HEADERS_DIR = str(Path(__file__).with_name("nvrtc_std"))
+_log = logging.getLogger(__name__)  # compiles and cache hits at DEBUG; a cache left unwritten
 _stats_lock = threading.Lock()
 _stats = {"hits": 0, "misses": 0}
 
@@ -180,9 +183,11 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
         if hit is not None:
             with _stats_lock:
                 _stats["hits"] += 1
+            _log.debug("compile cache hit: %r for %s (%s)", name, arch, path)
             return _finish(hit, source, target, arch, from_cache=True)
     with _stats_lock:
         _stats["misses"] += 1
+    started = time.perf_counter()
     probe_opts = [*base_opts, *opts, f"-I{STD_HEADERS_DIR}"]
     early = _early_c_type_probes(source, name, probe_opts)  # beside the kernels' compile
     ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
@@ -191,6 +196,8 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
     if not ok:
         raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}"
                            f"{_compile_hint(log, name)}", log)
+    _log.debug("compiled %r for %s with NVRTC %s in %.3f s", name, arch, nvrtc_ver,
+               time.perf_counter() - started)
     ptx_text = ptx.decode()
     entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
              "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
@@ -481,5 +488,6 @@ def _write_cache(path: Path, entry: dict) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(entry, f)
         os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only or full cache directory costs a recompile, never a failure
+    except OSError as exc:  # a read-only or full cache directory costs a recompile, never a failure
+        _log.warning("the compile cache could not be written (%s); the next run compiles again",
+                     exc)

@@ -771,3 +771,25 @@ def test_a_str_source_is_text_even_where_it_names_a_file(tmp_path):
     kernel.write_text('extern "C" __global__ void k(float* y) {}\n')
     with pytest.raises(tf.CompileError):  # compiled as the text "/tmp/.../k.cu"
         tf.compile_cuda(str(kernel), cache=False)
+
+
+def test_compiles_and_cache_hits_are_logged_and_an_unwritable_cache_warns(caplog, tmp_path,
+                                                                           monkeypatch):
+    import logging
+
+    src = 'extern "C" __global__ void logged(float* y) { y[threadIdx.x] = 1.0f; }'
+    with caplog.at_level(logging.DEBUG, logger="tenferro.compiler"):
+        tf.compile_cuda(src)
+        tf.compile_cuda(src)
+    messages = [r.getMessage() for r in caplog.records if r.name == "tenferro.compiler"]
+    assert len(messages) == 2
+    assert messages[0].startswith("compiled ") and " for sm_90 with NVRTC " in messages[0]
+    assert messages[1].startswith("compile cache hit: ") and messages[1].endswith(".tfmod)")
+    blocked = tmp_path / "not a directory"
+    blocked.write_text("")  # the cache directory cannot be made under a file
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(blocked / "cache"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tenferro.compiler"):
+        tf.compile_cuda(src)  # compiles all the same
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "compile cache could not be written" in warned[0].getMessage()
