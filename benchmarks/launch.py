@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import tenferro as tf
 from tenferro import _driver
+from tenferro.session import state_of
 
 SRC = r'''
 extern "C" __global__ void empty4(float* a, const float* b, unsigned n, float x) {}
@@ -250,7 +251,7 @@ def main() -> int:
 
         def njit_bare():
             launch = _driver.launcher()
-            fn.param_block.pack(args, s, "bench")
+            fn.param_block.pack(args, state_of(s), "bench")
             rec = _driver.LaunchRecord(fn.handle, cfg.dims, stream, fn.param_block.address)
             addr = rec.address
 

@@ -138,6 +138,11 @@ class Capture:
 
     __slots__ = ("_saved_holds", "graph", "state", "update")
 
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this capture belongs to."""
+        return self.state.session
+
     def __init__(self, state: Any, update: Graph | None = None) -> None:
         self.state = state
         self.update = update

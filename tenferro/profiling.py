@@ -58,6 +58,11 @@ class Range:
 
     __slots__ = ("color", "entered", "name", "state")
 
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this range belongs to."""
+        return self.state.session
+
     def __init__(self, state: Any, name: str, color: Any = None) -> None:
         op = "session.range"
         if not isinstance(name, str) or not name:

@@ -39,6 +39,11 @@ class TimedLaunch:
 class Timeline:
     """The context manager ``s.timeline()`` returns; see the module's docstring."""
 
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this timeline belongs to."""
+        return self.state.session
+
     def __init__(self, state: Any, max_launches: int = MAX_LAUNCHES) -> None:
         if not isinstance(max_launches, int) or isinstance(max_launches, bool) or \
                 max_launches < 1:

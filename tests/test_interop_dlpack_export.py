@@ -501,7 +501,7 @@ def test_from_dlpack_takes_objects_and_capsules(session, rng):
     mut = tf.from_dlpack(torch.utils.dlpack.to_dlpack(x), writable=True)
     assert isinstance(mut, tf.TensorMut) and mut.ptr == x.data_ptr()
     with pytest.raises(tf.ValidationError, match=r"session\.from_dlpack: x is a list"):
-        session.from_dlpack([1, 2])
+        tf.from_dlpack([1, 2], session=session)
 
 
 def test_from_dlpack_without_a_session_is_refused():

@@ -63,7 +63,7 @@ def test_every_dtype_reads_pointer_shape_and_byte_strides(session, no_dlpack, to
 def test_the_direct_span_is_what_the_dlpack_span_was(session, rng):
     x = torch.from_numpy(rng.standard_normal((7, 9))).cuda().t()
     direct = session.tensor(x, allow_strided=True)
-    general = session.from_dlpack(x, allow_strided=True)
+    general = tf.from_dlpack(x, session=session, allow_strided=True)
     for field in ("ptr", "shape", "strides", "scalar_type", "nbytes", "lo", "hi", "device"):
         assert getattr(direct, field) == getattr(general, field), field
 
@@ -103,7 +103,7 @@ def test_what_the_direct_path_leaves_to_the_general_one_is_refused_as_before(ses
         session.tensor(neg, allow_strided=True)
     with pytest.raises(tf.ValidationError, match=r"^session\.from_dlpack: x is a negated view "
                                                  r".*pass x\.resolve_neg\(\)"):
-        session.from_dlpack(neg, allow_strided=True)  # torch's capsule would give +imag
+        tf.from_dlpack(neg, session=session, allow_strided=True)  # torch's capsule would give +imag
     fixed = neg.resolve_neg()
     np.testing.assert_array_equal(session.download(session.tensor(fixed, allow_strided=True)),
                                   fixed.cpu().numpy())
