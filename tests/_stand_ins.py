@@ -146,3 +146,21 @@ class MemorySession:
 
     def trim_pool(self, keep_bytes, op):
         self.calls.append(("trim", keep_bytes, op))
+
+
+def refusal_in_another_thread(call):
+    """The message of the `RuntimeStateError` that ``call()`` raises on a new thread, or None."""
+    import threading
+
+    seen = []
+
+    def other():
+        try:
+            call()
+        except tf.RuntimeStateError as exc:
+            seen.append(str(exc))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    return seen[0] if seen else None

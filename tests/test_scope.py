@@ -62,20 +62,11 @@ def test_opening_again_on_a_device_closes_the_earlier_session_only_there():
 
 
 def test_a_session_is_closed_only_by_the_thread_that_opened_it():
+    from _stand_ins import refusal_in_another_thread
+
     s = Stand.open(0)
-    seen = []
-
-    def other():
-        try:
-            s.close()
-        except tf.RuntimeStateError as exc:
-            seen.append(str(exc))
-
-    t = threading.Thread(target=other)
-    t.start()
-    t.join()
-    assert seen == ["session.close: the session belongs to the thread that opened it; close it "
-                    "there"]
+    assert refusal_in_another_thread(s.close) == (
+        "session.close: the session belongs to the thread that opened it; close it there")
     assert s.is_open and s.exits == 0
 
 

@@ -4,6 +4,7 @@ the one enqueue routine every launch kind ends in (stand-ins for the driver's la
 import threading
 
 import pytest
+from _stand_ins import refusal_in_another_thread
 
 import tenferro as tf
 from tenferro._state import SessionState
@@ -123,19 +124,9 @@ def test_use_is_refused_when_closed_and_from_another_thread():
         st.check_use("session.copy")
     st = _open_state()
     st.check_use("session.copy")  # open, on its thread: let by
-    seen = []
-
-    def other():
-        try:
-            st.check_use("session.copy")
-        except tf.RuntimeStateError as exc:
-            seen.append(str(exc))
-
-    t = threading.Thread(target=other)
-    t.start()
-    t.join()
-    assert seen == ["session.copy: the session belongs to the thread that opened it; open a "
-                    "Session on this thread instead"]
+    assert refusal_in_another_thread(lambda: st.check_use("session.copy")) == (
+        "session.copy: the session belongs to the thread that opened it; open a Session on "
+        "this thread instead")
 
 
 def test_the_fast_path_is_open_only_outside_captures_timelines_and_faults():
