@@ -26,7 +26,6 @@ __all__ = ["alloc_bytes", "alloc_output", "alloc_zeros", "copy", "copy_peer", "d
            "memory_stats", "memset", "new_tensor", "trim_memory", "upload"]
 
 
-
 def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
     if shape.__class__ is tuple:  # the usual argument: a tuple of ints, taken as it is
         for d in shape:
@@ -47,7 +46,7 @@ def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
 
 
 def new_tensor(st: Any, shape: Any, dtype: Any, op: str) -> Tensor:
-    """A new Tensor of session ``s``, checked and counted for the byte fences."""
+    """A new Tensor of the session of ``st``, checked and counted for the byte fences."""
     st.check_use(op)
     st.refuse_in_capture(op, "the memory would belong to the graph; allocate before the "
                          "capture")

@@ -28,8 +28,8 @@ from . import (
     resources,
     scope,
     span_import,
+    timeline,
 )
-from . import timeline as timelines
 from ._state import FENCE_BYTES, FENCE_EVERY, SessionState
 from .errors import KernelFault, RuntimeStateError, ValidationError
 from .events import Event
@@ -295,7 +295,7 @@ class Session:
 
     def timeline(self, max_launches: int = MAX_LAUNCHES) -> Timeline:
         """``with s.timeline() as t:``: time each launch of the block on the GPU."""
-        return timelines.timeline(self._state, max_launches)
+        return timeline.timeline(self._state, max_launches)
 
     def range(self, name: str, color: Any = None) -> Range:
         """``with s.range("step 3"):``: a range named ``name`` in the profiler (NVTX)."""
@@ -350,7 +350,7 @@ def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = Fals
     elif not isinstance(session, Session):
         raise ValidationError(f"{op}: session must be a tf.Session, got "
                               f"{type(session).__name__}")
-    return span_import.from_dlpack(session._state, x, writable=writable, dtype=dtype,
+    return span_import.from_dlpack(state_of(session), x, writable=writable, dtype=dtype,
                                allow_strided=allow_strided)
 
 

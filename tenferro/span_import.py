@@ -38,7 +38,7 @@ _UNSEEN = object()  # a class no reader was decided for yet
 
 def import_span(st: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
                 dlpack: bool = False, defer: bool = False) -> Any:
-    """A checked span of session ``s`` over ``x``: a Tensor, a span of ``s``, or a foreign array.
+    """A checked span of the session ``st`` over ``x``: a Tensor, a span, or a foreign array.
 
     Every refusal the design makes for spans is made here, naming ``op``. A foreign producer's
     stream is ordered before the session's with an event: at once, or with ``defer`` (spans

@@ -159,7 +159,7 @@ KEPT_MAX = 1024  # entries a table
 
 def kept_compact(st: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
                  t: dtypes.ScalarType, nbytes: int, x: Any) -> Any:
-    """The span of ``x`` last made for ``s`` if its fields are the ones just read, or a new one.
+    """The span of ``x`` last made for ``st`` if its fields are the ones just read, or a new one.
 
     While the span lives it holds ``x``, so no other array can have its ``id``.
     """
