@@ -556,3 +556,15 @@ def test_a_kernels_compiled_clusters_bind_every_launch_of_it():
     with pytest.raises(tf.ValidationError, match=r"^session\.launch: cluster=\(4, 1, 1\) but 'k' "
                                                  r"was compiled with __cluster_dims__\(2, 1, 1\)"):
         _check(tf.LaunchConfig(8, 64, cluster=4), fn)
+
+
+@pytest.mark.parametrize("make", ["auto", "resident"])
+def test_auto_and_resident_refuse_what_is_not_a_modules_function(make):
+    class Kernel:  # a NumbaKernel, say: it has no limits of its own until specialized
+        name = "k"
+
+    for passed in (Kernel(), "k", None):
+        with pytest.raises(tf.ValidationError, match=rf"^LaunchConfig\.{make}: function must be "
+                                                     rf"a Function of a module, got "
+                                                     rf"{type(passed).__name__}$"):
+            getattr(tf.LaunchConfig, make)(passed, 32)

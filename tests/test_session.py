@@ -322,7 +322,7 @@ def test_a_session_not_yet_entered_refuses_use():
     for call in (lambda: s.upload(np.ones(3)), lambda: s.alloc_zeros(3, np.float32),
                  lambda: s.tensor(np.ones(3)), lambda: s.synchronize(), lambda: s.capture()
                  .__enter__(), lambda: s.timeline().__enter__(),
-                 lambda: s.range("step").__enter__()):
+                 lambda: s.range("step").__enter__(), lambda: s.stream):
         with pytest.raises(tf.RuntimeStateError, match=r"session\.\w+: the session is closed"):
             call()
     assert state_of(s).active_timeline is None and repr(s).endswith(", not entered)")
