@@ -43,11 +43,15 @@ def main() -> int:
         t0 = time.perf_counter()
         tf.compile_cuda(src)
         hit.append(time.perf_counter() - t0)
-    assert r.signatures["axpy"].declaration() == "axpy(float* y, const float* x, float a, " \
-                                                 "unsigned int n)"
+    assert (
+        r.signatures["axpy"].declaration() == "axpy(float* y, const float* x, float a, "
+        "unsigned int n)"
+    )
     res = {"miss_ms": statistics.median(miss) * 1e3, "hit_ms": statistics.median(hit) * 1e3}
-    print(f"new source (cache miss) {res['miss_ms']:7.1f} ms   cache hit {res['hit_ms']:6.2f} ms"
-          f"   (median of {ns.runs}, {os.cpu_count()} CPUs)")
+    print(
+        f"new source (cache miss) {res['miss_ms']:7.1f} ms   cache hit {res['hit_ms']:6.2f} ms"
+        f"   (median of {ns.runs}, {os.cpu_count()} CPUs)"
+    )
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(res, f, indent=1)

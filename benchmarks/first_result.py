@@ -24,20 +24,20 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 
-KERNEL = r'''
+KERNEL = r"""
 extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
-}'''
+}"""
 
-CHECK = '''
+CHECK = """
 import numpy as np
 want = 2.0 * x0.astype(np.float64) + y0
 assert np.allclose(out, want, rtol=1e-6), "wrong result"
-'''
+"""
 
 SCRIPTS = {
-    "tenferro (README quickstart)": '''
+    "tenferro (README quickstart)": """
 import numpy as np
 import tenferro as tf
 n = 1 << 20
@@ -48,8 +48,8 @@ with tf.Session(device=0) as s:
     s.launch(axpy, tf.LaunchConfig.flat(n, 256), [s.tensor_mut(y), s.tensor(x), tf.f32(2.0),
                                                   tf.u32(n)])
     out = s.download(y)
-''',
-    "CuPy RawKernel": '''
+""",
+    "CuPy RawKernel": """
 import numpy as np
 import cupy as cp
 n = 1 << 20
@@ -58,8 +58,8 @@ x, y = cp.asarray(x0), cp.asarray(y0)
 k = cp.RawKernel(SRC, "axpy")
 k(((n + 255) // 256,), (256,), (y, x, np.float32(2.0), np.uint32(n)))
 out = cp.asnumpy(y)
-''',
-    "cuda.core Program + launch": '''
+""",
+    "cuda.core Program + launch": """
 import numpy as np
 from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
 import cupy as cp
@@ -74,8 +74,8 @@ launch(st, LaunchConfig(grid=(n + 255) // 256, block=256), k, y.data.ptr, x.data
        np.float32(2.0), np.uint32(n))
 st.sync()
 out = cp.asnumpy(y)
-''',
-    "numba @cuda.jit": '''
+""",
+    "numba @cuda.jit": """
 import numpy as np
 from numba import cuda
 n = 1 << 20
@@ -90,15 +90,18 @@ def axpy(y, x, a, n):
 x, y = cuda.to_device(x0), cuda.to_device(y0)
 axpy[(n + 255) // 256, 256](y, x, np.float32(2.0), np.uint32(n))
 out = y.copy_to_host()
-''',
+""",
 }
 
 
 def _process(name: str, body: str, src: str, cache: str) -> float:
     """Wall seconds of one fresh interpreter running ``body`` with caches under ``cache``."""
-    env = dict(os.environ, TENFERRO_CACHE_DIR=os.path.join(cache, "tf"),
-               CUPY_CACHE_DIR=os.path.join(cache, "cupy"),
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        TENFERRO_CACHE_DIR=os.path.join(cache, "tf"),
+        CUPY_CACHE_DIR=os.path.join(cache, "cupy"),
+        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    )
     code = f"SRC = {src!r}\n{body}\n{CHECK}"
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -131,13 +134,23 @@ def main() -> int:
     print(f"{'method':<32} {'cold s':>7} {'x CuPy':>7} {'warm s':>7}   cold runs")
     for name in SCRIPTS:
         c, w = statistics.median(cold[name]), statistics.median(warm[name])
-        print(f"{name:<32} {c:>7.2f} {c / base:>7.2f} {w:>7.2f}   "
-              + " ".join(f"{t:.2f}" for t in cold[name]))
+        print(
+            f"{name:<32} {c:>7.2f} {c / base:>7.2f} {w:>7.2f}   "
+            + " ".join(f"{t:.2f}" for t in cold[name])
+        )
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({name: {"cold_s": statistics.median(cold[name]),
-                              "warm_s": statistics.median(warm[name])} for name in SCRIPTS},
-                      f, indent=1)
+            json.dump(
+                {
+                    name: {
+                        "cold_s": statistics.median(cold[name]),
+                        "warm_s": statistics.median(warm[name]),
+                    }
+                    for name in SCRIPTS
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

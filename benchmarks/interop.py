@@ -78,8 +78,13 @@ def main() -> int:
     for name, us in results.items():
         print(f"{name:<34} {us:12.2f}")
     if ns.json:
-        meta = {"date": time.strftime("%Y-%m-%d"), "batch": BATCH, "rounds": ROUNDS,
-                "torch": torch.__version__, "cupy": cp.__version__}
+        meta = {
+            "date": time.strftime("%Y-%m-%d"),
+            "batch": BATCH,
+            "rounds": ROUNDS,
+            "torch": torch.__version__,
+            "cupy": cp.__version__,
+        }
         with open(ns.json, "w") as f:
             json.dump({"meta": meta, "results_us": results}, f, indent=2)
     return 0

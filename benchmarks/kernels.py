@@ -78,9 +78,13 @@ def time_tf(s, fn, label="tenferro"):
         b.synchronize()
         return a.elapsed_ms(b)
 
-    return _timed(label, fn, lambda: s.launch(spin_fn, tf.LaunchConfig(1, 1),
-                                              [tf.u64(SPIN_CYCLES)]),
-                  s.record_event, elapsed)
+    return _timed(
+        label,
+        fn,
+        lambda: s.launch(spin_fn, tf.LaunchConfig(1, 1), [tf.u64(SPIN_CYCLES)]),
+        s.record_event,
+        elapsed,
+    )
 
 
 def time_torch(torch, fn, label="torch"):
@@ -108,23 +112,32 @@ def time_cupy(cp, fn, label="cupy"):
         b.synchronize()
         return cp.cuda.get_elapsed_time(a, b)
 
-    return _timed(label, fn, lambda: kern((1,), (1,), (np.uint64(SPIN_CYCLES),)), record,
-                  elapsed)
+    return _timed(label, fn, lambda: kern((1,), (1,), (np.uint64(SPIN_CYCLES),)), record, elapsed)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sweep", nargs="?", const="all", choices=("all", "cumsum"),
-                    help="time sum at several blocks an SM (the capped grid-stride loop), "
-                         "softmax, transpose and cumsum at each compiled variant, then stop; "
-                         "'--sweep cumsum': the cumsum variants alone")
+    ap.add_argument(
+        "--sweep",
+        nargs="?",
+        const="all",
+        choices=("all", "cumsum"),
+        help="time sum at several blocks an SM (the capped grid-stride loop), "
+        "softmax, transpose and cumsum at each compiled variant, then stop; "
+        "'--sweep cumsum': the cumsum variants alone",
+    )
     ap.add_argument("--no-matmul", action="store_true")
-    ap.add_argument("--profile", action="store_true",
-                    help="cProfile the host side of fill, axpy and sum on small arrays, then stop")
-    ap.add_argument("--matmul-sweep", action="store_true",
-                    help="time every compiled bf16 kernel and tile shape at 4096 and 8192, "
-                         "then stop")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the host side of fill, axpy and sum on small arrays, then stop",
+    )
+    ap.add_argument(
+        "--matmul-sweep",
+        action="store_true",
+        help="time every compiled bf16 kernel and tile shape at 4096 and 8192, then stop",
+    )
     ns = ap.parse_args()
     import cupy as cp
     import ml_dtypes
@@ -149,40 +162,81 @@ def main() -> int:
         s.synchronize()
         b4 = 4 * N
         cases = [
-            ("fill", b4, lambda: k.fill(s, out, 1.5), lambda: tx.new_empty(N).fill_(1.5),
-             lambda: cp.full(N, 1.5, cp.float32)),
-            ("cast f32->f16", b4 + 2 * N, lambda: k.cast(s, h, x), lambda: tx.half(),
-             lambda: cx.astype(cp.float16)),
-            ("axpy", 3 * b4, lambda: k.axpy(s, y, x, 0.5), lambda: ty.add_(tx, alpha=0.5),
-             lambda: cp.add(cy, 0.5 * cx, out=cy)),
-            ("elementwise a*x+y*y", 3 * b4,
-             lambda: k.elementwise(s, "a * x + y * y", out, x=x, y=y, a=0.5),
-             lambda: 0.5 * tx + ty * ty, lambda: 0.5 * cx + cy * cy),
+            (
+                "fill",
+                b4,
+                lambda: k.fill(s, out, 1.5),
+                lambda: tx.new_empty(N).fill_(1.5),
+                lambda: cp.full(N, 1.5, cp.float32),
+            ),
+            (
+                "cast f32->f16",
+                b4 + 2 * N,
+                lambda: k.cast(s, h, x),
+                lambda: tx.half(),
+                lambda: cx.astype(cp.float16),
+            ),
+            (
+                "axpy",
+                3 * b4,
+                lambda: k.axpy(s, y, x, 0.5),
+                lambda: ty.add_(tx, alpha=0.5),
+                lambda: cp.add(cy, 0.5 * cx, out=cy),
+            ),
+            (
+                "elementwise a*x+y*y",
+                3 * b4,
+                lambda: k.elementwise(s, "a * x + y * y", out, x=x, y=y, a=0.5),
+                lambda: 0.5 * tx + ty * ty,
+                lambda: 0.5 * cx + cy * cy,
+            ),
             ("sum", b4, lambda: k.sum(s, x), lambda: tx.sum(), lambda: cx.sum()),
             ("max", b4, lambda: k.max(s, x), lambda: tx.max(), lambda: cx.max()),
-            (f"softmax rows {r}x{c}", 2 * b4, lambda: k.softmax(s, o2, x2),
-             lambda: torch.softmax(tx2, dim=1), None),
-            (f"transpose {r}x{c}", 2 * b4, lambda: k.transpose(s, ot, x2),
-             lambda: tx2.t().contiguous(), lambda: cp.ascontiguousarray(cx2.T)),
-            ("cumsum", 2 * b4, lambda: k.cumsum(s, out, x), lambda: torch.cumsum(tx, 0),
-             lambda: cp.cumsum(cx)),
+            (
+                f"softmax rows {r}x{c}",
+                2 * b4,
+                lambda: k.softmax(s, o2, x2),
+                lambda: torch.softmax(tx2, dim=1),
+                None,
+            ),
+            (
+                f"transpose {r}x{c}",
+                2 * b4,
+                lambda: k.transpose(s, ot, x2),
+                lambda: tx2.t().contiguous(),
+                lambda: cp.ascontiguousarray(cx2.T),
+            ),
+            (
+                "cumsum",
+                2 * b4,
+                lambda: k.cumsum(s, out, x),
+                lambda: torch.cumsum(tx, 0),
+                lambda: cp.cumsum(cx),
+            ),
         ]
         tout, th = torch.from_dlpack(out), torch.from_dlpack(h)
         to2, tot = torch.from_dlpack(o2), torch.from_dlpack(ot)
         on_torch = [  # the same calls given torch tensors over the same memory (host time)
-            lambda: k.fill(s, tout, 1.5), lambda: k.cast(s, th, tx),
+            lambda: k.fill(s, tout, 1.5),
+            lambda: k.cast(s, th, tx),
             lambda: k.axpy(s, ty, tx, 0.5),
             lambda: k.elementwise(s, "a * x + y * y", tout, x=tx, y=ty, a=0.5),
-            lambda: k.sum(s, tx), lambda: k.max(s, tx), lambda: k.softmax(s, to2, tx2),
-            lambda: k.transpose(s, tot, tx2), lambda: k.cumsum(s, tout, tx)]
+            lambda: k.sum(s, tx),
+            lambda: k.max(s, tx),
+            lambda: k.softmax(s, to2, tx2),
+            lambda: k.transpose(s, tot, tx2),
+            lambda: k.cumsum(s, tout, tx),
+        ]
         if ns.profile:
             import cProfile
             import pstats
 
             xs, ys = s.upload(np.ones(1024, np.float32)), s.upload(np.ones(1024, np.float32))
-            for label, f in (("fill", lambda: k.fill(s, ys, 1.5)),
-                             ("axpy", lambda: k.axpy(s, ys, xs, 0.5)),
-                             ("sum", lambda: k.sum(s, xs))):
+            for label, f in (
+                ("fill", lambda: k.fill(s, ys, 1.5)),
+                ("axpy", lambda: k.axpy(s, ys, xs, 0.5)),
+                ("sum", lambda: k.sum(s, xs)),
+            ):
                 for _ in range(100):
                     f()
                 s.synchronize()
@@ -199,24 +253,29 @@ def main() -> int:
             from tenferro.kernels import gemm
 
             for size in (4096, 8192):
-                a = s.upload(rng.standard_normal((size, size), dtype=np.float32)
-                             .astype(ml_dtypes.bfloat16))
-                b = s.upload(rng.standard_normal((size, size), dtype=np.float32)
-                             .astype(ml_dtypes.bfloat16))
+                a = s.upload(
+                    rng.standard_normal((size, size), dtype=np.float32).astype(ml_dtypes.bfloat16)
+                )
+                b = s.upload(
+                    rng.standard_normal((size, size), dtype=np.float32).astype(ml_dtypes.bfloat16)
+                )
                 cm = s.alloc_output((size, size), np.float32)
                 ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
                 t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
-                for kernel, tile in ([("mma.sync", t) for t in gemm.BF16_TILES] +
-                                     [("wgmma", t) for t in gemm.WGMMA_TILES]):
+                for kernel, tile in [("mma.sync", t) for t in gemm.BF16_TILES] + [
+                    ("wgmma", t) for t in gemm.WGMMA_TILES
+                ]:
                     gemm.WGMMA = kernel == "wgmma"
                     if gemm.WGMMA:
                         gemm.WGMMA_TILE = tile
                     else:
                         gemm.BF16_TILE = tile
                     t = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
-                    print(f"matmul sweep {size} {kernel} tile {tile}: "
-                          f"{2 * size**3 / t / 1e9:6.1f} TFLOP/s, {t_to / t:4.0%} of cuBLAS",
-                          flush=True)
+                    print(
+                        f"matmul sweep {size} {kernel} tile {tile}: "
+                        f"{2 * size**3 / t / 1e9:6.1f} TFLOP/s, {t_to / t:4.0%} of cuBLAS",
+                        flush=True,
+                    )
             return 0
         if ns.sweep:
             from tenferro.kernels import _build, rows
@@ -229,17 +288,29 @@ def main() -> int:
                 per_sm_default = _build.BLOCKS_PER_SM
                 for per_sm in (4, 8, 32, 1 << 20):  # the last: no cap, one step a thread
                     _build.BLOCKS_PER_SM = per_sm
-                    print(f"sweep {per_sm:3d} blocks/SM  {cases[4][0]:<8} {bw(cases[4]):5.2f} "
-                          "TB/s", flush=True)
+                    print(
+                        f"sweep {per_sm:3d} blocks/SM  {cases[4][0]:<8} {bw(cases[4]):5.2f} TB/s",
+                        flush=True,
+                    )
                 _build.BLOCKS_PER_SM = per_sm_default
                 defaults = rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK
-                for kernel, reg, block in (("online", 0, 512), ("cached", 0, 512),
-                                           *(("split", r, b) for r in rows.SOFTMAX_REGS
-                                             for b in (256, 512, 1024) if r * b <= 8192)):
+                for kernel, reg, block in (
+                    ("online", 0, 512),
+                    ("cached", 0, 512),
+                    *(
+                        ("split", r, b)
+                        for r in rows.SOFTMAX_REGS
+                        for b in (256, 512, 1024)
+                        if r * b <= 8192
+                    ),
+                ):
                     rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG = kernel, reg or 8
                     rows.SOFTMAX_WIDE_BLOCK = block
-                    print(f"sweep softmax {kernel} regs {reg:2d} {block:4d} threads a row  "
-                          f"{bw(cases[6]):5.2f} TB/s", flush=True)
+                    print(
+                        f"sweep softmax {kernel} regs {reg:2d} {block:4d} threads a row  "
+                        f"{bw(cases[6]):5.2f} TB/s",
+                        flush=True,
+                    )
                 rows.SOFTMAX_KERNEL, rows.SOFTMAX_REG, rows.SOFTMAX_WIDE_BLOCK = defaults
                 for tile in rows.TRANSPOSE_TILES:
                     rows.TRANSPOSE_TILE = tile
@@ -247,15 +318,21 @@ def main() -> int:
             scan_default, ahead_default = rows.SCAN_CONFIG, rows.SCAN_AHEAD
             for config in rows.SCAN_CONFIGS:
                 rows.SCAN_CONFIG = config
-                print(f"sweep cumsum {config[0]} threads x {config[1]} items a tile, status "
-                      f"{config[2]} words apart, {config[3]} ns between polls, "
-                      f"{config[4]} blocks an SM, load {_LOADS[config[5]]}  "
-                      f"{bw(cases[8]):5.2f} TB/s", flush=True)
+                print(
+                    f"sweep cumsum {config[0]} threads x {config[1]} items a tile, status "
+                    f"{config[2]} words apart, {config[3]} ns between polls, "
+                    f"{config[4]} blocks an SM, load {_LOADS[config[5]]}  "
+                    f"{bw(cases[8]):5.2f} TB/s",
+                    flush=True,
+                )
             rows.SCAN_CONFIG = scan_default
             for ahead in (0, 32 << 10, 48 << 10, 64 << 10):
                 rows.SCAN_AHEAD = ahead
-                print(f"sweep cumsum default tile, prefetch {ahead >> 10} KiB an SM ahead  "
-                      f"{bw(cases[8]):5.2f} TB/s", flush=True)
+                print(
+                    f"sweep cumsum default tile, prefetch {ahead >> 10} KiB an SM ahead  "
+                    f"{bw(cases[8]):5.2f} TB/s",
+                    flush=True,
+                )
             rows.SCAN_AHEAD = ahead_default
             t_to = time_torch(torch, cases[8][3])
             print(f"sweep cumsum torch {cases[8][1] / t_to / 1e9:5.2f} TB/s", flush=True)
@@ -263,8 +340,10 @@ def main() -> int:
                 print(f"sweep cast f32->f16 {bw(cases[1]):5.2f} TB/s", flush=True)
             return 0
         copy_tbs = 2 * b4 / time_tf(s, lambda: s.copy(out, x), label="copy") / 1e9
-        print(f"device copy (s.copy, 256 MiB)  {copy_tbs:5.2f} TB/s: each row's fraction is "
-              "of this", flush=True)
+        print(
+            f"device copy (s.copy, 256 MiB)  {copy_tbs:5.2f} TB/s: each row's fraction is of this",
+            flush=True,
+        )
         for (name, nbytes, f_tf, f_torch, f_cp), f_tf_torch in zip(cases, on_torch, strict=True):
             ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}
             time_tf(s, f_tf_torch, label="tenferro on torch tensors")
@@ -280,13 +359,15 @@ def main() -> int:
             row["x_torch_time"] = ms["tenferro"] / ms["torch"]
             rows.append(row)
             cp_s = f"{row['cupy_TBs']:7.2f}" if "cupy_TBs" in row else "      -"
-            print(f"{name:<26} tenferro {row['tenferro_TBs']:5.2f} TB/s "
-                  f"({row['fraction_of_copy']:4.0%} of copy)  torch {row['torch_TBs']:5.2f}  "
-                  f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x  host us/call "
-                  f"tenferro {row['tenferro_host_us']:.1f} (on torch tensors "
-                  f"{row['tenferro_torch_tensors_host_us']:.1f}) torch "
-                  f"{row['torch_host_us']:.1f}",
-                  flush=True)
+            print(
+                f"{name:<26} tenferro {row['tenferro_TBs']:5.2f} TB/s "
+                f"({row['fraction_of_copy']:4.0%} of copy)  torch {row['torch_TBs']:5.2f}  "
+                f"cupy {cp_s}  time vs torch {row['x_torch_time']:.2f}x  host us/call "
+                f"tenferro {row['tenferro_host_us']:.1f} (on torch tensors "
+                f"{row['tenferro_torch_tensors_host_us']:.1f}) torch "
+                f"{row['torch_host_us']:.1f}",
+                flush=True,
+            )
         s.synchronize()
         mm = []
         for dtype in () if ns.no_matmul else ("bf16", "f32"):
@@ -302,19 +383,30 @@ def main() -> int:
                 t_tf = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
                 t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
                 flop = 2 * m_ * n_ * k_
-                row = {"op": f"matmul {dtype} {m_}x{n_}x{k_}", "tenferro_TFLOPs":
-                       flop / t_tf / 1e9, "torch_TFLOPs": flop / t_to / 1e9,
-                       "fraction_of_cublas": t_to / t_tf}
+                row = {
+                    "op": f"matmul {dtype} {m_}x{n_}x{k_}",
+                    "tenferro_TFLOPs": flop / t_tf / 1e9,
+                    "torch_TFLOPs": flop / t_to / 1e9,
+                    "fraction_of_cublas": t_to / t_tf,
+                }
                 mm.append(row)
-                print(f"{row['op']:<26} tenferro {row['tenferro_TFLOPs']:6.1f} TFLOP/s  "
-                      f"torch (cuBLAS) {row['torch_TFLOPs']:6.1f}  "
-                      f"{row['fraction_of_cublas']:4.0%} of cuBLAS", flush=True)
+                print(
+                    f"{row['op']:<26} tenferro {row['tenferro_TFLOPs']:6.1f} TFLOP/s  "
+                    f"torch (cuBLAS) {row['torch_TFLOPs']:6.1f}  "
+                    f"{row['fraction_of_cublas']:4.0%} of cuBLAS",
+                    flush=True,
+                )
                 s.synchronize()
     if ns.json:
-        meta = {"date": time.strftime("%Y-%m-%d"), "reps": REPS, "batch": BATCH,
-                "copy_TBs": copy_tbs,
-                "torch": torch.__version__, "cupy": cp.__version__,
-                "tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
+        meta = {
+            "date": time.strftime("%Y-%m-%d"),
+            "reps": REPS,
+            "batch": BATCH,
+            "copy_TBs": copy_tbs,
+            "torch": torch.__version__,
+            "cupy": cp.__version__,
+            "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        }
         with open(ns.json, "w") as f:
             json.dump({"meta": meta, "memory_bound": rows, "matmul": mm}, f, indent=2)
     return 0

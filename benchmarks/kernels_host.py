@@ -32,31 +32,57 @@ from tenferro import kernels as k  # noqa: E402
 
 def cases(torch, n):
     """(name, tenferro call of (session, arrays), torch call of (arrays), inputs, output)."""
-    rows = cols = round(n ** 0.5)
+    rows = cols = round(n**0.5)
     dev = "cuda"
     x, y = torch.randn(n, device=dev), torch.randn(n, device=dev)
     x2 = torch.randn(rows, cols, device=dev)
     out, h = torch.empty(n, device=dev), torch.empty(n, device=dev, dtype=torch.float16)
     o2, ot = torch.empty(rows, cols, device=dev), torch.empty(cols, rows, device=dev)
     return [
-        ("fill", lambda s, a: k.fill(s, a["out"], 1.5), lambda a: a["out"].fill_(1.5),
-         {"out": out}),
-        ("cast f32->f16", lambda s, a: k.cast(s, a["h"], a["x"]),
-         lambda a: a["h"].copy_(a["x"]), {"h": h, "x": x}),
-        ("axpy", lambda s, a: k.axpy(s, a["y"], a["x"], 0.5),
-         lambda a: a["y"].add_(a["x"], alpha=0.5), {"y": y, "x": x}),
-        ("elementwise a*x+y*y", lambda s, a: k.elementwise(s, "a * x + y * y", a["out"],
-                                                            x=a["x"], y=a["y"], a=0.5),
-         lambda a: torch.add(a["y"] * a["y"], a["x"], alpha=0.5, out=a["out"]),
-         {"out": out, "x": x, "y": y}),
+        (
+            "fill",
+            lambda s, a: k.fill(s, a["out"], 1.5),
+            lambda a: a["out"].fill_(1.5),
+            {"out": out},
+        ),
+        (
+            "cast f32->f16",
+            lambda s, a: k.cast(s, a["h"], a["x"]),
+            lambda a: a["h"].copy_(a["x"]),
+            {"h": h, "x": x},
+        ),
+        (
+            "axpy",
+            lambda s, a: k.axpy(s, a["y"], a["x"], 0.5),
+            lambda a: a["y"].add_(a["x"], alpha=0.5),
+            {"y": y, "x": x},
+        ),
+        (
+            "elementwise a*x+y*y",
+            lambda s, a: k.elementwise(s, "a * x + y * y", a["out"], x=a["x"], y=a["y"], a=0.5),
+            lambda a: torch.add(a["y"] * a["y"], a["x"], alpha=0.5, out=a["out"]),
+            {"out": out, "x": x, "y": y},
+        ),
         ("sum", lambda s, a: k.sum(s, a["x"]), lambda a: a["x"].sum(), {"x": x}),
         ("max", lambda s, a: k.max(s, a["x"]), lambda a: a["x"].max(), {"x": x}),
-        (f"softmax rows {rows}x{cols}", lambda s, a: k.softmax(s, a["o2"], a["x2"]),
-         lambda a: torch.softmax(a["x2"], 1), {"o2": o2, "x2": x2}),
-        (f"transpose {rows}x{cols}", lambda s, a: k.transpose(s, a["ot"], a["x2"]),
-         lambda a: a["ot"].copy_(a["x2"].t()), {"ot": ot, "x2": x2}),
-        ("cumsum", lambda s, a: k.cumsum(s, a["out"], a["x"]),
-         lambda a: torch.cumsum(a["x"], 0, out=a["out"]), {"out": out, "x": x}),
+        (
+            f"softmax rows {rows}x{cols}",
+            lambda s, a: k.softmax(s, a["o2"], a["x2"]),
+            lambda a: torch.softmax(a["x2"], 1),
+            {"o2": o2, "x2": x2},
+        ),
+        (
+            f"transpose {rows}x{cols}",
+            lambda s, a: k.transpose(s, a["ot"], a["x2"]),
+            lambda a: a["ot"].copy_(a["x2"].t()),
+            {"ot": ot, "x2": x2},
+        ),
+        (
+            "cumsum",
+            lambda s, a: k.cumsum(s, a["out"], a["x"]),
+            lambda a: torch.cumsum(a["x"], 0, out=a["out"]),
+            {"out": out, "x": x},
+        ),
     ]
 
 
@@ -77,13 +103,20 @@ def main() -> int:
         for name, ours, theirs, arrays in cases(torch, ns.n):
             own = {key: s.upload(v.cpu().numpy()) for key, v in arrays.items()}
             torch.cuda.synchronize()
-            for label, sess, a in (("tf.Tensors", s, own), ("torch, own stream", s, arrays),
-                                   ("torch, torch's stream", st, arrays)):
+            for label, sess, a in (
+                ("tf.Tensors", s, own),
+                ("torch, own stream", s, arrays),
+                ("torch, torch's stream", st, arrays),
+            ):
                 checked.append((name, label, _agrees(torch, s, sess, ours, theirs, a, arrays)))
-                methods.append(Method(f"{name}: tenferro, {label}",
-                                      lambda f=ours, sess=sess, a=a: f(sess, a), batch=100))
-            methods.append(Method(f"{name}: torch", lambda f=theirs, a=arrays: f(a),
-                                  batch=100))
+                methods.append(
+                    Method(
+                        f"{name}: tenferro, {label}",
+                        lambda f=ours, sess=sess, a=a: f(sess, a),
+                        batch=100,
+                    )
+                )
+            methods.append(Method(f"{name}: torch", lambda f=theirs, a=arrays: f(a), batch=100))
 
         def sync() -> None:
             s.synchronize()
@@ -100,8 +133,10 @@ def main() -> int:
         print(f"{name:<52} {med:>8.2f} {med / base:>8.2f}")
     print("\nResults against torch's, before the timing:")
     for name, label, err in checked:
-        print(f"  {'ok ' if err is None else 'BAD'} {name}, {label}" +
-              ("" if err is None else f": {err}"))
+        print(
+            f"  {'ok ' if err is None else 'BAD'} {name}, {label}"
+            + ("" if err is None else f": {err}")
+        )
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump({"n": ns.n, "rows": table, "checked": checked}, f, indent=1)
@@ -120,8 +155,9 @@ def _agrees(torch, s, sess, ours, theirs, a, arrays):
     got = ours(sess, a)
     sess.synchronize()
     result = torch.from_dlpack(got) if got is not None else None
-    mine = {key: torch.from_dlpack(v).clone() if a is not arrays else v.clone()
-            for key, v in a.items()}
+    mine = {
+        key: torch.from_dlpack(v).clone() if a is not arrays else v.clone() for key, v in a.items()
+    }
     for key, v in inputs.items():
         arrays[key].copy_(v)
     want = theirs(arrays)

@@ -36,12 +36,12 @@ import tenferro as tf
 from tenferro import _driver
 from tenferro.session import state_of
 
-SRC = r'''
+SRC = r"""
 extern "C" __global__ void empty4(float* a, const float* b, unsigned n, float x) {}
-'''
+"""
 BATCH, BATCHES, SUSTAINED = 200, 60, 20000
 
-CPP = r'''
+CPP = r"""
 #include <chrono>
 #include <cuda_runtime.h>
 __global__ void empty4(float* a, const float* b, unsigned n, float x) {}
@@ -63,14 +63,22 @@ extern "C" double floor_sustained(void* stream, int n, float* a, const float* b)
     return cudaGetLastError() == cudaSuccess
         ? std::chrono::duration<double, std::micro>(t1 - t0).count() / n : -1.0;
 }
-'''
+"""
 
 
 class Method:
     """One way to launch: ``go()`` enqueues ``per_call`` launches."""
 
-    def __init__(self, name, go, per_call=1, batch=BATCH, sustained=SUSTAINED, timed=None,
-                 timed_sustained=None):
+    def __init__(
+        self,
+        name,
+        go,
+        per_call=1,
+        batch=BATCH,
+        sustained=SUSTAINED,
+        timed=None,
+        timed_sustained=None,
+    ):
         self.name, self.go, self.per_call, self.batch = name, go, per_call, batch
         self.sustained = sustained
         self.timed, self.timed_sustained = timed, timed_sustained  # C-timed methods
@@ -125,16 +133,20 @@ def run_interleaved(methods, sync, rounds=BATCHES, seed=0):
 
 def build_floor_library(directory):
     """Build the C++ floor as a shared library with nvcc; its launches go on our stream."""
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
-                                    if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    nvcc = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None
+    )
     if nvcc is None:
         raise RuntimeError("nvcc not found")
     src = os.path.join(directory, "floor.cu")
     with open(src, "w") as f:
         f.write(CPP)
     so = os.path.join(directory, "libfloor.so")
-    subprocess.run([nvcc, "-O2", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", src, "-o", so],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [nvcc, "-O2", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", src, "-o", so],
+        check=True,
+        capture_output=True,
+    )
     lib = ctypes.CDLL(so)
     for name in ("floor_batch", "floor_sustained"):
         fn = getattr(lib, name)
@@ -181,8 +193,12 @@ def main() -> int:
         def bindings_prepacked():
             from cuda.bindings import driver as cu
 
-            vals = (ctypes.c_uint64(a.ptr), ctypes.c_uint64(b.ptr), ctypes.c_uint32(7),
-                    ctypes.c_float(1.0))
+            vals = (
+                ctypes.c_uint64(a.ptr),
+                ctypes.c_uint64(b.ptr),
+                ctypes.c_uint32(7),
+                ctypes.c_float(1.0),
+            )
             ptrs = (ctypes.c_void_p * 4)(*(ctypes.addressof(v) for v in vals))
             addr = ctypes.addressof(ptrs)
             f, st = cu.CUfunction(fn.handle), cu.CUstream(stream)
@@ -190,6 +206,7 @@ def main() -> int:
 
             def go(_keep=(vals, ptrs)):  # the block must outlive setup: go owns it
                 launch_kernel(f, 1, 1, 1, 32, 1, 1, 0, st, addr, 0)
+
             return go, {}
 
         def cuda_core():
@@ -203,14 +220,17 @@ def main() -> int:
             class _S:
                 def __cuda_stream__(self):
                     return (0, stream)
+
             cst = dev.create_stream(_S())
             kern = ObjectCode.from_cubin(tf.compile_cuda(SRC, arch="sm_90").image).get_kernel(
-                "empty4")
+                "empty4"
+            )
             conf = LaunchConfig(grid=1, block=32)
             kargs = (np.intp(a.ptr), np.intp(b.ptr), np.uint32(7), np.float32(1.0))
 
             def go():
                 launch(cst, conf, kern, *kargs)
+
             return go, {}
 
         def cupy_raw():
@@ -233,8 +253,7 @@ def main() -> int:
             na, nb = cuda.device_array(256, np.float32), cuda.device_array(256, np.float32)
             nst = cuda.external_stream(stream)
             k = empty4[1, 32, nst]
-            return (lambda: k(na, nb, np.uint32(7), np.float32(1.0))), {
-                "sustained": SUSTAINED // 4}
+            return (lambda: k(na, nb, np.uint32(7), np.float32(1.0))), {"sustained": SUSTAINED // 4}
 
         def triton_jit():
             import torch
@@ -257,6 +276,7 @@ def main() -> int:
 
             def go(_keep=rec):  # the launcher reads the record's words: go owns it
                 launch(addr)
+
             return go, {}
 
         def tf_launch():
@@ -272,8 +292,9 @@ def main() -> int:
             def empty4(a, b, n, x):
                 pass
 
-            nk = s.numba_kernel(cuda.jit(empty4), "void(float32[::1], float32[::1], uint32, "
-                                "float32)")
+            nk = s.numba_kernel(
+                cuda.jit(empty4), "void(float32[::1], float32[::1], uint32, float32)"
+            )
             return (lambda: s.launch(nk, cfg, args)), {}
 
         def tf_graph():
@@ -299,12 +320,15 @@ def main() -> int:
 
         print("\nstill refused on the fast paths:")
         bad = [s.tensor_mut(a), s.tensor(b), tf.u32(7), tf.f64(1.0)]
-        for name, attempt in (("s.launch", lambda: s.launch(fn, cfg, bad)),
-                              ("s.bind", lambda: s.bind(fn, cfg, bad)),
-                              ("BoundLaunch.update", lambda: s.bind(fn, cfg, args).update(
-                                  3, tf.f64(1.0))),
-                              ("s.launch overlap", lambda: s.launch(
-                                  fn, cfg, [args[0], s.tensor(a), tf.u32(7), tf.f32(1)]))):
+        for name, attempt in (
+            ("s.launch", lambda: s.launch(fn, cfg, bad)),
+            ("s.bind", lambda: s.bind(fn, cfg, bad)),
+            ("BoundLaunch.update", lambda: s.bind(fn, cfg, args).update(3, tf.f64(1.0))),
+            (
+                "s.launch overlap",
+                lambda: s.launch(fn, cfg, [args[0], s.tensor(a), tf.u32(7), tf.f32(1)]),
+            ),
+        ):
             try:
                 attempt()
             except tf.ValidationError as exc:
@@ -327,8 +351,7 @@ def main() -> int:
 
     core = results.get("cuda.core launch", {}).get("median_us")
     floor = results.get("C++ <<<>>> (nvcc)", {}).get("median_us")
-    print(f"\n{'method':<36} {'median us':>10} {'sustained':>10} {'x cuda.core':>12} "
-          f"{'x C++':>8}")
+    print(f"\n{'method':<36} {'median us':>10} {'sustained':>10} {'x cuda.core':>12} {'x C++':>8}")
     for name, r in results.items():
         rc = f"{r['median_us'] / core:.2f}" if core else "-"
         rf = f"{r['median_us'] / floor:.2f}" if floor else "-"
@@ -338,13 +361,21 @@ def main() -> int:
     if ns.json:
         import numba_cuda
 
-        meta = {"date": time.strftime("%Y-%m-%d"), "batch": BATCH, "batches": BATCHES,
-                "sustained": SUSTAINED, "numba_cuda": numba_cuda.__version__,
-                "driver": _driver.driver_version(), "python": sys.version.split()[0]}
+        meta = {
+            "date": time.strftime("%Y-%m-%d"),
+            "batch": BATCH,
+            "batches": BATCHES,
+            "sustained": SUSTAINED,
+            "numba_cuda": numba_cuda.__version__,
+            "driver": _driver.driver_version(),
+            "python": sys.version.split()[0],
+        }
         with contextlib.suppress(Exception):
             meta["gpu"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True, text=True).stdout.strip()
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
         with open(ns.json, "w") as f:
             json.dump({"meta": meta, "results": results, "skipped": skipped}, f, indent=2)
     return 0

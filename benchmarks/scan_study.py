@@ -42,25 +42,51 @@ def _padded(threads: int, items: int) -> int:
 VARIANTS = {
     "scan_order<512, 32, 3, true>": (16384, _padded(512, 32), 512, False, 0, True),
     "scan_order<512, 32, 3, false>": (16384, _padded(512, 32), 512, False, 0, True),
-    **{f"scan_mode<{t}, 32, {b}, {m}>": (t * 32, _padded(t, 32), t, False, 0, m == 2)
-       for t, b in ((512, 3), (256, 6), (512, 2)) for m in (0, 1, 2)},
+    **{
+        f"scan_mode<{t}, 32, {b}, {m}>": (t * 32, _padded(t, 32), t, False, 0, m == 2)
+        for t, b in ((512, 3), (256, 6), (512, 2))
+        for m in (0, 1, 2)
+    },
     "scan_vec<512, 3>": (16384, 65536, 512, False, 0, True),
     "scan_vec<256, 6>": (8192, 32768, 256, False, 0, True),
-    **{f"scan_lookahead<{t}, 32, {b}, {c}>": (t * 32, _padded(t, 32), t + 32, c == "true", 0,
-                                               True)
-       for t, b in ((480, 3), (352, 4), (224, 6)) for c in ("true", "false")},
-    **{f"copy_bulk<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, False)
-       for t, b in ((512, 3), (256, 6)) for c in (1, 8) for w in ("false", "true")},
-    **{f"scan_bulk_study<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, True)
-       for t, b in ((512, 3), (256, 6), (512, 2)) for c in (1, 8) for w in ("false", "true")},
-    **{f"scan_order<{t}, 32, {b}, false, {a}, {w}>": (t * 32, _padded(t, 32), t, False, 0, True)
-       for t, b, a, w in ((512, 3, 66, "false"), (512, 3, 99, "false"), (512, 3, 132, "false"),
-                          (512, 3, 165, "false"), (512, 3, 198, "false"),
-                          (512, 3, 99, "true"), (512, 3, 132, "true"), (512, 3, 165, "true"),
-                          (256, 6, 198, "false"), (256, 6, 264, "false"),
-                          (256, 6, 330, "false"), (512, 2, 132, "false"))},
-    **{f"scan_persistent<{t}, {i}, {b}, {h}>": (t * i, 2 * _padded(t, i), t, False, b, True)
-       for t, i, b, h in ((256, 32, 3, "false"), (256, 32, 3, "true"), (512, 16, 3, "false"))},
+    **{
+        f"scan_lookahead<{t}, 32, {b}, {c}>": (t * 32, _padded(t, 32), t + 32, c == "true", 0, True)
+        for t, b in ((480, 3), (352, 4), (224, 6))
+        for c in ("true", "false")
+    },
+    **{
+        f"copy_bulk<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, False)
+        for t, b in ((512, 3), (256, 6))
+        for c in (1, 8)
+        for w in ("false", "true")
+    },
+    **{
+        f"scan_bulk_study<{t}, {b}, {c}, {w}>": (t * 32, t * 128, t, False, 0, True)
+        for t, b in ((512, 3), (256, 6), (512, 2))
+        for c in (1, 8)
+        for w in ("false", "true")
+    },
+    **{
+        f"scan_order<{t}, 32, {b}, false, {a}, {w}>": (t * 32, _padded(t, 32), t, False, 0, True)
+        for t, b, a, w in (
+            (512, 3, 66, "false"),
+            (512, 3, 99, "false"),
+            (512, 3, 132, "false"),
+            (512, 3, 165, "false"),
+            (512, 3, 198, "false"),
+            (512, 3, 99, "true"),
+            (512, 3, 132, "true"),
+            (512, 3, 165, "true"),
+            (256, 6, 198, "false"),
+            (256, 6, 264, "false"),
+            (256, 6, 330, "false"),
+            (512, 2, 132, "false"),
+        )
+    },
+    **{
+        f"scan_persistent<{t}, {i}, {b}, {h}>": (t * i, 2 * _padded(t, i), t, False, b, True)
+        for t, i, b, h in ((256, 32, 3, "false"), (256, 32, 3, "true"), (512, 16, 3, "false"))
+    },
 }
 
 
@@ -70,8 +96,10 @@ def main() -> int:
         for name in [v for v in VARIANTS if not any(a in v for a in sys.argv[1:])]:
             del VARIANTS[name]
     with tf.Session(device=0) as s:
-        src = _source("rows.cu") + open(os.path.join(os.path.dirname(__file__),
-                                                      "scan_study.cu")).read()
+        src = (
+            _source("rows.cu")
+            + open(os.path.join(os.path.dirname(__file__), "scan_study.cu")).read()
+        )
         mod = s.compile(src, options=["-std=c++17"], name_expressions=list(VARIANTS))
         spin = s.compile(SPIN).function("spin")
         sms = s.context.attribute("MULTIPROCESSOR_COUNT")
@@ -144,8 +172,10 @@ def _torch() -> None:
 
     tx = torch.randn(N, device="cuda")
     ty = torch.empty_like(tx)
-    for label, fn in (("torch copy", lambda: ty.copy_(tx)),
-                      ("torch cumsum", lambda: torch.cumsum(tx, 0, out=ty))):
+    for label, fn in (
+        ("torch copy", lambda: ty.copy_(tx)),
+        ("torch cumsum", lambda: torch.cumsum(tx, 0, out=ty)),
+    ):
         for _ in range(3):
             fn()
         torch.cuda._sleep(10_000_000)

@@ -23,11 +23,11 @@ from launch import Method, run_interleaved  # noqa: E402
 import tenferro as tf  # noqa: E402
 
 N = 4096
-SRC = r'''
+SRC = r"""
 extern "C" __global__ void axpy_sin(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + sinf(y[i]);
-}'''
+}"""
 
 
 def main() -> int:
@@ -60,8 +60,9 @@ def main() -> int:
     def axpy_sin_tf(s: tf.Session, y: torch.Tensor, x: torch.Tensor, a: float) -> None:
         n = y.numel()
         fn = s.resource("bench.axpy_sin", lambda s: s.compile(SRC).function("axpy_sin"))
-        s.launch(fn, tf.LaunchConfig.flat(n, 256), [s.tensor_mut(y), s.tensor(x), tf.f32(a),
-                                                   tf.u32(n)])
+        s.launch(
+            fn, tf.LaunchConfig.flat(n, 256), [s.tensor_mut(y), s.tensor(x), tf.f32(a), tf.u32(n)]
+        )
 
     y, x = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
     s = tft.session_for()
@@ -70,8 +71,10 @@ def main() -> int:
     methods = [
         Method("Triton op (torch.library.triton_op)", lambda: axpy_sin_triton(y, x, 0.5)),
         Method("tenferro op (tenferro.torch.op)", lambda: axpy_sin_tf(y, x, 0.5)),
-        Method("tenferro launch, no operator", lambda: s.launch(
-            fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(0.5), tf.u32(N)])),
+        Method(
+            "tenferro launch, no operator",
+            lambda: s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(0.5), tf.u32(N)]),
+        ),
         Method("torch eager y.copy_(a * x + y.sin())", lambda: y.copy_(0.5 * x + y.sin())),
     ]
     res = run_interleaved(methods, torch.cuda.synchronize)

@@ -36,11 +36,11 @@ from launch import Method, run_interleaved  # noqa: E402
 import tenferro as tf  # noqa: E402
 
 N = 4096
-SRC = r'''
+SRC = r"""
 extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
-}'''
+}"""
 
 
 def main() -> int:
@@ -59,12 +59,15 @@ def main() -> int:
     with tf.Session(0) as s, tf.Session(0, stream=torch_stream) as st:
         cfg = tf.LaunchConfig.flat(N, 256)
         fn, fn_t = s.compile(SRC).function("axpy"), st.compile(SRC).function("axpy")
-        ty, tx = s.upload(np.random.rand(N).astype(np.float32)), s.upload(
-            np.random.rand(N).astype(np.float32))
+        ty, tx = (
+            s.upload(np.random.rand(N).astype(np.float32)),
+            s.upload(np.random.rand(N).astype(np.float32)),
+        )
 
         def readme(sess: tf.Session, f: tf.Function, yy: object, xx: object):
-            return lambda: sess.launch(f, cfg, [sess.tensor_mut(yy), sess.tensor(xx),
-                                                tf.f32(2.0), tf.u32(N)])
+            return lambda: sess.launch(
+                f, cfg, [sess.tensor_mut(yy), sess.tensor(xx), tf.f32(2.0), tf.u32(N)]
+            )
 
         try:
             from cuda.core import Device, LaunchConfig, ObjectCode, launch
@@ -78,20 +81,30 @@ def main() -> int:
                 return (0, torch_stream)
 
         cst = dev.create_stream(_Torch())
-        kern = ObjectCode.from_cubin(tf.compile_cuda(SRC, arch="sm_90").image).get_kernel(
-            "axpy")
+        kern = ObjectCode.from_cubin(tf.compile_cuda(SRC, arch="sm_90").image).get_kernel("axpy")
         conf = LaunchConfig(grid=(N + 255) // 256, block=256)
-        methods.append(Method("cuda.core launch, data_ptr() ints", lambda: launch(
-            cst, conf, kern, y.data_ptr(), x.data_ptr(), np.float32(2.0), np.uint32(N))))
+        methods.append(
+            Method(
+                "cuda.core launch, data_ptr() ints",
+                lambda: launch(
+                    cst, conf, kern, y.data_ptr(), x.data_ptr(), np.float32(2.0), np.uint32(N)
+                ),
+            )
+        )
         methods.append(Method("torch y.add_(x, alpha=2)", lambda: y.add_(x, alpha=2)))
         methods.append(Method("tenferro, torch tensors, own stream", readme(s, fn, y, x)))
-        methods.append(Method("tenferro, torch tensors, torch's stream",
-                              readme(st, fn_t, y, x)))
+        methods.append(Method("tenferro, torch tensors, torch's stream", readme(st, fn_t, y, x)))
         methods.append(Method("tenferro, tf.Tensors, fresh spans", readme(s, fn, ty, tx)))
-        methods.append(Method(  # a model's activations: another tensor object every call
-            "tenferro, new torch views each call, torch's stream",
-            lambda: st.launch(fn_t, cfg, [st.tensor_mut(y.view(N)), st.tensor(x.view(N)),
-                                          tf.f32(2.0), tf.u32(N)])))
+        methods.append(
+            Method(  # a model's activations: another tensor object every call
+                "tenferro, new torch views each call, torch's stream",
+                lambda: st.launch(
+                    fn_t,
+                    cfg,
+                    [st.tensor_mut(y.view(N)), st.tensor(x.view(N)), tf.f32(2.0), tf.u32(N)],
+                ),
+            )
+        )
         from numba import cuda
 
         @cuda.jit
@@ -103,24 +116,43 @@ def main() -> int:
         nk = s.numba_kernel(axpy_numba)  # specialised on the arguments, as launch sees them
         nb_stream = cuda.external_stream(torch_stream or 1)
         grid = (N + 255) // 256
-        methods.append(Method("numba kernel[grid, block](as_cuda_array), torch tensors",
-                              lambda: axpy_numba[grid, 256, nb_stream](
-                                  cuda.as_cuda_array(y), cuda.as_cuda_array(x),
-                                  np.float32(2.0), np.int64(N))))
-        methods.append(Method("tenferro s.launch of that numba kernel, torch tensors",
-                              lambda: s.launch(nk, cfg, [s.tensor_mut(y), s.tensor(x),
-                                                         np.float32(2.0), np.int64(N)])))
+        methods.append(
+            Method(
+                "numba kernel[grid, block](as_cuda_array), torch tensors",
+                lambda: axpy_numba[grid, 256, nb_stream](
+                    cuda.as_cuda_array(y), cuda.as_cuda_array(x), np.float32(2.0), np.int64(N)
+                ),
+            )
+        )
+        methods.append(
+            Method(
+                "tenferro s.launch of that numba kernel, torch tensors",
+                lambda: s.launch(
+                    nk, cfg, [s.tensor_mut(y), s.tensor(x), np.float32(2.0), np.int64(N)]
+                ),
+            )
+        )
         nk_t = st.numba_kernel(axpy_numba)  # on torch's stream, as numba's launch above is
-        methods.append(Method("the same, session on torch's stream",
-                              lambda: st.launch(nk_t, cfg, [st.tensor_mut(y), st.tensor(x),
-                                                            np.float32(2.0), np.int64(N)])))
+        methods.append(
+            Method(
+                "the same, session on torch's stream",
+                lambda: st.launch(
+                    nk_t, cfg, [st.tensor_mut(y), st.tensor(x), np.float32(2.0), np.int64(N)]
+                ),
+            )
+        )
         from tenferro import kernels
 
-        methods.append(Method("tenferro.kernels.axpy(s, y, x, 2.0), torch tensors",
-                              lambda: kernels.axpy(s, y, x, 2.0)))
+        methods.append(
+            Method(
+                "tenferro.kernels.axpy(s, y, x, 2.0), torch tensors",
+                lambda: kernels.axpy(s, y, x, 2.0),
+            )
+        )
         reused = [s.tensor_mut(ty), s.tensor(tx), tf.f32(2.0), tf.u32(N)]
-        methods.append(Method("tenferro, spans made once (floor)",
-                              lambda: s.launch(fn, cfg, reused)))
+        methods.append(
+            Method("tenferro, spans made once (floor)", lambda: s.launch(fn, cfg, reused))
+        )
 
         if ns.profile:
             from tenferro.interop.streams import order_after
@@ -128,21 +160,33 @@ def main() -> int:
             ev = _driver.event_create()
             held = [None]
             methods += [
-                Method("part: torch fields (data_ptr dtype shape stride device grad)",
-                       lambda: (y.data_ptr(), y.dtype, y.shape, y.stride(), y.get_device(),
-                                y.requires_grad)),
+                Method(
+                    "part: torch fields (data_ptr dtype shape stride device grad)",
+                    lambda: (
+                        y.data_ptr(),
+                        y.dtype,
+                        y.shape,
+                        y.stride(),
+                        y.get_device(),
+                        y.requires_grad,
+                    ),
+                ),
                 # the README loop's case: the span of the last call is held, and given again
-                Method("part: s.tensor(x), torch tensor, the kept span",
-                       lambda: held.__setitem__(0, s.tensor(x))),
+                Method(
+                    "part: s.tensor(x), torch tensor, the kept span",
+                    lambda: held.__setitem__(0, s.tensor(x)),
+                ),
                 # nothing holds the span these rows make, so each call makes a new one
                 Method("part: s.tensor(x), torch tensor, a new span", lambda: s.tensor(x)),
-                Method("part: s.tensor_mut(y), torch tensor, a new span",
-                       lambda: s.tensor_mut(y)),
-                Method("part: two torch views y.view(n), x.view(n)",
-                       lambda: (y.view(N), x.view(N))),
+                Method("part: s.tensor_mut(y), torch tensor, a new span", lambda: s.tensor_mut(y)),
+                Method(
+                    "part: two torch views y.view(n), x.view(n)", lambda: (y.view(N), x.view(N))
+                ),
                 Method("part: tf.f32(2.0) and tf.u32(n)", lambda: (tf.f32(2.0), tf.u32(N))),
-                Method("part: event record on torch's stream, wait on ours",
-                       lambda: order_after(s.stream, torch_stream or 1, ev, "bench")),
+                Method(
+                    "part: event record on torch's stream, wait on ours",
+                    lambda: order_after(s.stream, torch_stream or 1, ev, "bench"),
+                ),
             ]
 
         def sync() -> None:
@@ -161,8 +205,14 @@ def main() -> int:
         print(f"  {'ok ' if ok else 'BAD'} {case}: {outcome}")
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"us": {k: v[0] for k, v in out.items()},
-                       "checks": [[c, o, ok] for c, o, ok in checks]}, f, indent=1)
+            json.dump(
+                {
+                    "us": {k: v[0] for k, v in out.items()},
+                    "checks": [[c, o, ok] for c, o, ok in checks],
+                },
+                f,
+                indent=1,
+            )
     return 0 if all(ok for _, _, ok in checks) else 1
 
 
@@ -193,17 +243,25 @@ def fast_path_checks(torch, s, fn, nk, cfg, y, x) -> list[tuple[str, str, bool]]
             rows.append((case, "launched", False))
 
     x64 = x.double()
-    refused("a float64 torch tensor where the kernel reads float",
-            lambda: [s.tensor_mut(y), s.tensor(x64), tf.f32(2.0), tf.u32(N)])
-    refused("y given twice, once written (an overlap)",
-            lambda: [s.tensor_mut(y), s.tensor(y), tf.f32(2.0), tf.u32(N)])
-    refused("a read-only span where the numba kernel writes",  # C's float* may only read
-            lambda: [s.tensor(y), s.tensor(x), np.float32(2.0), np.int64(N)], nk)
+    refused(
+        "a float64 torch tensor where the kernel reads float",
+        lambda: [s.tensor_mut(y), s.tensor(x64), tf.f32(2.0), tf.u32(N)],
+    )
+    refused(
+        "y given twice, once written (an overlap)",
+        lambda: [s.tensor_mut(y), s.tensor(y), tf.f32(2.0), tf.u32(N)],
+    )
+    refused(
+        "a read-only span where the numba kernel writes",  # C's float* may only read
+        lambda: [s.tensor(y), s.tensor(x), np.float32(2.0), np.int64(N)],
+        nk,
+    )
 
     class ReadOnly:  # a producer that says its memory must not be written
         def __init__(self, t):
-            self.__cuda_array_interface__ = dict(t.__cuda_array_interface__,
-                                                 data=(t.data_ptr(), True))
+            self.__cuda_array_interface__ = dict(
+                t.__cuda_array_interface__, data=(t.data_ptr(), True)
+            )
 
     try:
         s.tensor_mut(ReadOnly(y))
@@ -225,8 +283,13 @@ def fast_path_checks(torch, s, fn, nk, cfg, y, x) -> list[tuple[str, str, bool]]
         s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
     s.synchronize()
     err = float((y.double() - want.double()).abs().max())
-    rows.append(("x written on another torch stream after a spin, read by our launch",
-                 f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e} (float32)", err == 0))
+    rows.append(
+        (
+            "x written on another torch stream after a spin, read by our launch",
+            f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e} (float32)",
+            err == 0,
+        )
+    )
 
     # torch's default stream, both ways, no event: torch writes x late and our launch reads
     # it; the session's stream is held back before that launch, and torch reads y at once.
@@ -240,9 +303,14 @@ def fast_path_checks(torch, s, fn, nk, cfg, y, x) -> list[tuple[str, str, bool]]
     s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(2.0), tf.u32(N)])
     got = y.double()  # torch's op on its default stream, right after the launch
     err = float((got - want.double()).abs().max())
-    rows.append(("x written late on torch's default stream, read by our launch on a held-back "
-                 "own stream, y read by torch at once",
-                 f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e} (float32)", err == 0))
+    rows.append(
+        (
+            "x written late on torch's default stream, read by our launch on a held-back "
+            "own stream, y read by torch at once",
+            f"ordered: max |y - (y0 + 2 * 1.5)| = {err:.1e} (float32)",
+            err == 0,
+        )
+    )
     return rows
 
 

@@ -31,16 +31,19 @@ def main() -> int:
     n = 1 << 20
     with tf.Session(device=device) as s:
         x = s.alloc_output((n,), np.float32)
-        k.fill(s, x, float(rank + 1))                 # a tenferro kernel on this rank's GPU
-        t = torch.from_dlpack(x)                      # zero-copy; torch's stream waits for ours
+        k.fill(s, x, float(rank + 1))  # a tenferro kernel on this rank's GPU
+        t = torch.from_dlpack(x)  # zero-copy; torch's stream waits for ours
         assert t.data_ptr() == x.ptr and t.device.index == device
-        dist.all_reduce(t)                            # NCCL, in place, on tenferro's memory
-        torch.cuda.synchronize()                      # NCCL ran on torch's stream, not ours
+        dist.all_reduce(t)  # NCCL, in place, on tenferro's memory
+        torch.cuda.synchronize()  # NCCL ran on torch's stream, not ours
         got = s.download(x)
     want = world * (world + 1) / 2
     ok = bool(np.all(got == want))
-    print(f"rank {rank} device {device}: all-reduce sum {got[0]} (want {want}): "
-          f"{'ok' if ok else 'WRONG'}", flush=True)
+    print(
+        f"rank {rank} device {device}: all-reduce sum {got[0]} (want {want}): "
+        f"{'ok' if ok else 'WRONG'}",
+        flush=True,
+    )
     dist.destroy_process_group()
     return 0 if ok else 1
 

@@ -10,5 +10,15 @@ from .maps import axpy, cast, elementwise, fill
 from .reduce import max, sum
 from .rows import cumsum, softmax, transpose
 
-__all__ = ["axpy", "cast", "cumsum", "elementwise", "fill", "matmul", "max", "softmax", "sum",
-           "transpose"]
+__all__ = [
+    "axpy",
+    "cast",
+    "cumsum",
+    "elementwise",
+    "fill",
+    "matmul",
+    "max",
+    "softmax",
+    "sum",
+    "transpose",
+]

@@ -13,14 +13,30 @@ import numpy as np
 from tenferro import LaunchConfig, Module, Session, ValidationError, args, dtypes
 from tenferro.session import state_of
 
-__all__ = ["C_TYPES", "check_session", "function", "grid_stride", "plan", "session_table",
-           "spans_1d", "workspace"]
+__all__ = [
+    "C_TYPES",
+    "check_session",
+    "function",
+    "grid_stride",
+    "plan",
+    "session_table",
+    "spans_1d",
+    "workspace",
+]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The C type of each scalar type the kernels are instantiated for.
-C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double",
-           "i32": "int", "u32": "unsigned", "i64": "long long", "u8": "unsigned char"}
+C_TYPES = {
+    "f16": "__half",
+    "bf16": "__nv_bfloat16",
+    "f32": "float",
+    "f64": "double",
+    "i32": "int",
+    "u32": "unsigned",
+    "i64": "long long",
+    "u8": "unsigned char",
+}
 
 
 _INCLUDE = re.compile(r'^#include "([a-z_]+\.cuh)"$', re.MULTILINE)
@@ -40,8 +56,10 @@ def _source(name: str) -> str:
 def check_session(s: Any, op: str) -> None:
     """Refuse a first argument that is not a tf.Session (the entry points take it first)."""
     if not isinstance(s, Session):
-        raise ValidationError(f"{op}: s must be a tf.Session (the first argument of every ready "
-                              f"kernel), got {type(s).__name__}")
+        raise ValidationError(
+            f"{op}: s must be a tf.Session (the first argument of every ready "
+            f"kernel), got {type(s).__name__}"
+        )
 
 
 # Per open session, the Functions already looked up: (file, expressions, suffix, name) ->
@@ -124,8 +142,9 @@ def plan(s: Any, key: tuple, make: Callable[[], Any]) -> Any:
     return found
 
 
-def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
-             arch_suffix: str = "") -> Any:
+def function(
+    s: Any, file: str, name: str, expressions: tuple[str, ...] = (), arch_suffix: str = ""
+) -> Any:
     """The kernel ``name`` of ``file`` (a ``.cu`` of this package), compiled once a session.
 
     ``expressions`` are the template instantiations the file is compiled with; they are part
@@ -140,9 +159,12 @@ def function(s: Any, file: str, name: str, expressions: tuple[str, ...] = (),
 
     def build(session: Any) -> Module:
         major, minor = session.context.compute_capability
-        return session.compile(_source(file), options=["-std=c++17"],
-                               name_expressions=list(expressions) or None,
-                               arch=f"sm_{major}{minor}{arch_suffix}")
+        return session.compile(
+            _source(file),
+            options=["-std=c++17"],
+            name_expressions=list(expressions) or None,
+            arch=f"sm_{major}{minor}{arch_suffix}",
+        )
 
     mod = s.resource(("tenferro.kernels", file, expressions, arch_suffix), build, Module)
     fn = table[key] = mod.function(name)
@@ -157,8 +179,9 @@ BLOCKS_PER_SM = 8
 _MAX_GRID = (1 << 31) - 1
 
 
-def grid_stride(s: Any, n: int, block: int = 256, per_thread: int = 1,
-                capped: bool = True) -> LaunchConfig:
+def grid_stride(
+    s: Any, n: int, block: int = 256, per_thread: int = 1, capped: bool = True
+) -> LaunchConfig:
     """A 1-D config for a grid-stride loop over ``n`` items, ``per_thread`` a thread a step.
 
     No more blocks than the items need; with ``capped``, at most ``BLOCKS_PER_SM`` a
@@ -189,18 +212,21 @@ def spans_1d(op: str, out: Any, *inputs: Any, same_dtype: bool = True) -> None:
         if x.scalar_type is out.scalar_type and x.nbytes == out.nbytes:
             continue  # one type and as many bytes: as many elements
         if x.size != out.size:
-            raise ValidationError(f"{op}: inputs[{i}] has {x.size} elements, out has "
-                                  f"{out.size}")
+            raise ValidationError(f"{op}: inputs[{i}] has {x.size} elements, out has {out.size}")
         if same_dtype:
-            raise ValidationError(f"{op}: inputs[{i}] is {x.scalar_type.name}, out is "
-                                  f"{out.scalar_type.name}")
+            raise ValidationError(
+                f"{op}: inputs[{i}] is {x.scalar_type.name}, out is {out.scalar_type.name}"
+            )
 
 
 def scalar_for(t: dtypes.ScalarType, value: Any, op: str, name: str) -> Any:
     """``value`` as a typed scalar of type ``t`` (range-checked by the scalar factories)."""
     cls = value.__class__
-    if cls is not float and cls is not int and (
-            isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number))):
+    if (
+        cls is not float
+        and cls is not int
+        and (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)))
+    ):
         raise ValidationError(f"{op}: {name}={value!r} must be a number")
     return _FACTORIES[t](value)
 

@@ -15,11 +15,15 @@ _FILE = "matmul.cu"
 # bf16 tile shapes (BM, BN, warps along M, warps along N, pipeline stages, BK) that are
 # compiled; BF16_TILE is the one used, chosen on the H200 by benchmarks/kernels.py
 # --matmul-sweep.
-BF16_TILES = ((128, 128, 2, 2, 3, 64), (128, 128, 2, 2, 4, 32), (256, 128, 4, 2, 3, 64),
-              (128, 256, 2, 4, 3, 64), (128, 256, 2, 4, 4, 32))
+BF16_TILES = (
+    (128, 128, 2, 2, 3, 64),
+    (128, 128, 2, 2, 4, 32),
+    (256, 128, 4, 2, 3, 64),
+    (128, 256, 2, 4, 3, 64),
+    (128, 256, 2, 4, 4, 32),
+)
 BF16_TILE = BF16_TILES[0]
-_PIPELINED = tuple("matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}>".format(*t)
-                   for t in BF16_TILES)
+_PIPELINED = tuple("matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}>".format(*t) for t in BF16_TILES)
 _EXPRS = ("matmul_f32", "matmul_bf16", *_PIPELINED)
 # Hopper (compute capability 9.0): the warpgroup kernel of matmul_sm90.cu, compiled for sm_90a,
 # at (BN, stages); B is first transposed to K-major. WGMMA turns it off (the mma.sync kernel
@@ -48,8 +52,7 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     m, k = ar.shape
     n = br.shape[1]
     if om.shape != (m, n) or om.scalar_type.name != "f32":
-        raise ValidationError(f"{op}: out must be f32{(m, n)}, got "
-                              f"{om.scalar_type.name}{om.shape}")
+        raise ValidationError(f"{op}: out must be f32{(m, n)}, got {om.scalar_type.name}{om.shape}")
     ta, tb = ar.scalar_type.name, br.scalar_type.name
     if ta != tb or ta not in ("f32", "bf16"):
         raise ValidationError(f"{op}: a is {ta}, b is {tb}; both must be f32 or both bf16")
@@ -62,8 +65,9 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
 
         fill(s, om, 0.0)
         return
-    aligned = k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 and \
-        om.ptr % 8 == 0
+    aligned = (
+        k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 and om.ptr % 8 == 0
+    )
     # Pick the kernel and its geometry, then check and launch once.
     wgmma = ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0)
     if wgmma:
@@ -73,8 +77,12 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
     elif ta == "bf16" and aligned:
         bm, bn, wm, wn, stages, bk = BF16_TILE
-        name, threads, file, exprs = _PIPELINED[BF16_TILES.index(BF16_TILE)], 32 * wm * wn, \
-            _FILE, _EXPRS
+        name, threads, file, exprs = (
+            _PIPELINED[BF16_TILES.index(BF16_TILE)],
+            32 * wm * wn,
+            _FILE,
+            _EXPRS,
+        )
         smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
     else:
         bm = bn = 64 if ta == "f32" else 128
@@ -85,7 +93,8 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         bt = s.alloc_output((n, k), br.scalar_type.numpy)
         transpose(s, bt, br)
         br = s.tensor(bt)
-    s.launch(function(s, file, name, exprs, arch_suffix="a" if wgmma else ""),
-             LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads,
-                          shared_mem_bytes=smem),
-             [om, ar, br, u32(m), u32(n), u32(k)])
+    s.launch(
+        function(s, file, name, exprs, arch_suffix="a" if wgmma else ""),
+        LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads, shared_mem_bytes=smem),
+        [om, ar, br, u32(m), u32(n), u32(k)],
+    )

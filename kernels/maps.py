@@ -13,8 +13,16 @@ __all__ = ["axpy", "cast", "elementwise", "fill"]
 
 _FILE = "elementwise.cu"
 _FILL_TYPES = ("f32", "f64", "i32", "u32", "i64", "u8")
-_CASTS = (("f32", "f16"), ("f16", "f32"), ("f32", "bf16"), ("bf16", "f32"), ("f32", "f64"),
-          ("f64", "f32"), ("i32", "f32"), ("f32", "i32"))
+_CASTS = (
+    ("f32", "f16"),
+    ("f16", "f32"),
+    ("f32", "bf16"),
+    ("bf16", "f32"),
+    ("f32", "f64"),
+    ("f64", "f32"),
+    ("i32", "f32"),
+    ("f32", "i32"),
+)
 _AXPY_TYPES = ("f32", "f64")
 _FILL = {t: f"fill<{C_TYPES[t]}>" for t in _FILL_TYPES}  # kernel names, made once
 _CAST = {pair: f"cast<{C_TYPES[pair[0]]}, {C_TYPES[pair[1]]}>" for pair in _CASTS}
@@ -42,11 +50,12 @@ def cast(s: Any, out: Any, x: Any) -> None:
     spans_1d(op, om, xr, same_dtype=False)
     pair = (om.scalar_type.name, xr.scalar_type.name)
     if pair not in _CASTS:
-        raise ValidationError(f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
-                              f"{[f'{b}->{a}' for a, b in _CASTS]}")
+        raise ValidationError(
+            f"{op}: {pair[1]} -> {pair[0]} is not provided; casts: "
+            f"{[f'{b}->{a}' for a, b in _CASTS]}"
+        )
     width = 8 if 2 in (om.scalar_type.itemsize, xr.scalar_type.itemsize) else 4  # cast_width
-    fn, config, n = plan(s, ("cast", om.size, pair), lambda: _plan(s, _CAST[pair], om.size,
-                                                                     width))
+    fn, config, n = plan(s, ("cast", om.size, pair), lambda: _plan(s, _CAST[pair], om.size, width))
     s.launch(fn, config, [om, xr, n])
 
 
@@ -70,10 +79,12 @@ def _plan(s: Any, name: str, size: int, per_thread: int) -> tuple:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_MATH = frozenset("""sin cos tan exp exp2 log log2 log10 sqrt rsqrt fabs fmin fmax pow tanh
+_MATH = frozenset(
+    """sin cos tan exp exp2 log log2 log10 sqrt rsqrt fabs fmin fmax pow tanh
     sinh cosh asin acos atan atan2 floor ceil round fma erf erfc cbrt hypot
     sinf cosf tanf expf exp2f logf log2f log10f sqrtf rsqrtf fabsf fminf fmaxf powf tanhf
-    erff floorf ceilf fmaf""".split())
+    erff floorf ceilf fmaf""".split()
+)
 
 
 def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
@@ -98,8 +109,11 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
     names = sorted(operands)
     scalars = tuple(_is_scalar(operands[name]) for name in names)
     # The expression checked and its kernel found once for these names, kinds and type.
-    fn = plan(s, ("elementwise", expr, t, tuple(names), scalars),
-              lambda: _fused_function(s, op, expr, t, names, scalars))
+    fn = plan(
+        s,
+        ("elementwise", expr, t, tuple(names), scalars),
+        lambda: _fused_function(s, op, expr, t, names, scalars),
+    )
     args, arrays = [om], []
     for name, scalar in zip(names, scalars, strict=True):
         v = operands[name]
@@ -114,13 +128,16 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
     s.launch(fn, grid_stride(s, om.size, per_thread=4, capped=False), args)
 
 
-def _fused_function(s: Any, op: str, expr: str, t: Any, names: list[str],
-                    scalars: tuple[bool, ...]) -> Any:
+def _fused_function(
+    s: Any, op: str, expr: str, t: Any, names: list[str], scalars: tuple[bool, ...]
+) -> Any:
     """The fused kernel of ``expr`` over the operands ``names`` (scalar or array), compiled."""
     for name in _IDENT.findall(expr):
         if name not in names and name not in _MATH:
-            raise ValidationError(f"{op}: expr uses {name!r}, which is neither an operand "
-                                  f"({names}) nor a known math function")
+            raise ValidationError(
+                f"{op}: expr uses {name!r}, which is neither an operand "
+                f"({names}) nor a known math function"
+            )
     ctype = C_TYPES[t.name]
     params, array_names = [f"{ctype}* __restrict__ out_"], []
     for name, scalar in zip(names, scalars, strict=True):
@@ -153,8 +170,10 @@ def _fused_source(ctype: str, params: list[str], arrays: list[str], expr: str) -
     """
     ptrs = ["out_"] + [f"{a}_" for a in arrays]
     aligned = " && ".join(f"((unsigned long long){p} % sizeof(P4__) == 0)" for p in ptrs)
-    vec_loads = " ".join(f"const P4__ v{j}__ = reinterpret_cast<const P4__*>({a}_)[g__];"
-                         for j, a in enumerate(arrays))
+    vec_loads = " ".join(
+        f"const P4__ v{j}__ = reinterpret_cast<const P4__*>({a}_)[g__];"
+        for j, a in enumerate(arrays)
+    )
     vec_names = " ".join(f"const {ctype} {a} = v{j}__.v[q__];" for j, a in enumerate(arrays))
     loads = " ".join(f"const {ctype} {a} = {a}_[i__];" for a in arrays)
     return (
@@ -173,4 +192,5 @@ def _fused_source(ctype: str, params: list[str], arrays: list[str], expr: str) -
         "      reinterpret_cast<P4__*>(out_)[g__] = o__;\n    }\n"
         "    head__ = n__ / 4 * 4;\n  }\n"
         "  for (unsigned long long i__ = head__ + tid__; i__ < n__; i__ += stride__) {\n"
-        f"    {loads}\n    out_[i__] = ({ctype})({expr});\n  }}\n}}\n")
+        f"    {loads}\n    out_[i__] = ({ctype})({expr});\n  }}\n}}\n"
+    )

@@ -27,8 +27,9 @@ SOFTMAX_WIDE_BLOCK = 512
 SOFTMAX_KERNEL = "split"
 SOFTMAX_REGS = (4, 8, 16)  # the compiled register counts of "split"
 SOFTMAX_REG = 8
-_SOFTMAX = {k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>")
-            for k in ("cached", "online")}
+_SOFTMAX = {
+    k: (f"softmax_rows_{k}<float>", f"softmax_rows_{k}<float4>") for k in ("cached", "online")
+}
 _SPLIT = {r: f"softmax_rows_split<{r}>" for r in SOFTMAX_REGS}
 # The transpose tile edge: 32 or 64 are compiled; 64 was faster on the H200 sweep.
 TRANSPOSE_TILES = (32, 64)
@@ -39,8 +40,13 @@ TRANSPOSE_TILE = 64
 # tile size x blocks an SM is the lever, since an SM's resident tiles keep its loads in flight
 # while blocks look back. The sweeps behind the choice, and the variants tried and dropped, are
 # in benchmarks/RESULTS.md and benchmarks/scan_study.py.
-SCAN_CONFIGS = ((512, 32, 16, 20, 2, 0), (512, 32, 16, 20, 2, 1), (512, 32, 16, 20, 3, 1),
-                (256, 16, 16, 20, 4, 0), (256, 32, 16, 20, 6, 1))
+SCAN_CONFIGS = (
+    (512, 32, 16, 20, 2, 0),
+    (512, 32, 16, 20, 2, 1),
+    (512, 32, 16, 20, 3, 1),
+    (256, 16, 16, 20, 4, 0),
+    (256, 32, 16, 20, 6, 1),
+)
 SCAN_CONFIG = (256, 32, 16, 20, 6, 1)
 # On sm_90 and later a block first asks L2 for the tile this many bytes a multiprocessor ahead
 # of its own (0: none; rows.cu's scan_single_pass): 48 KiB was the best of 32-96 on the H200.
@@ -52,15 +58,24 @@ SCAN_SMALL = (256, 16, 16, 20, 4, 0)
 def _scan_name(t: str, config: tuple[int, ...]) -> str:
     threads, items, stride, sleep, blocks, cp_async = config
     items = items // 2 if t == "f64" else items
-    return (f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {stride}, {sleep}, {blocks}, "
-            f"{'true' if cp_async else 'false'}>")
+    return (
+        f"scan_single_pass<{C_TYPES[t]}, {threads}, {items}, {stride}, {sleep}, {blocks}, "
+        f"{'true' if cp_async else 'false'}>"
+    )
 
 
-_TRANSPOSE = {(c, e): f"transpose<{c}, {e}>" for c in dict.fromkeys(_T_CTYPES.values())
-              for e in TRANSPOSE_TILES}
-_EXPRS = (*_SOFTMAX["cached"], *_SOFTMAX["online"], *_SPLIT.values(),
-          *_TRANSPOSE.values(),
-          *(_scan_name(t, c) for t in _S_TYPES for c in SCAN_CONFIGS))
+_TRANSPOSE = {
+    (c, e): f"transpose<{c}, {e}>"
+    for c in dict.fromkeys(_T_CTYPES.values())
+    for e in TRANSPOSE_TILES
+}
+_EXPRS = (
+    *_SOFTMAX["cached"],
+    *_SOFTMAX["online"],
+    *_SPLIT.values(),
+    *_TRANSPOSE.values(),
+    *(_scan_name(t, c) for t in _S_TYPES for c in SCAN_CONFIGS),
+)
 
 
 def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
@@ -79,35 +94,45 @@ def softmax(s: Any, out: Any, x: Any) -> None:
     om, xr = s.tensor_mut(out), s.tensor(x)
     rows, cols = _two_d(xr, op, "x")
     if om.shape != xr.shape or om.scalar_type is not xr.scalar_type:
-        raise ValidationError(f"{op}: out is {om.scalar_type.name}{om.shape}, x is "
-                              f"{xr.scalar_type.name}{xr.shape}; they must match")
+        raise ValidationError(
+            f"{op}: out is {om.scalar_type.name}{om.shape}, x is "
+            f"{xr.scalar_type.name}{xr.shape}; they must match"
+        )
     if xr.scalar_type.name != "f32":
         raise ValidationError(f"{op}: x is {xr.scalar_type.name}; softmax takes f32")
     if rows == 0 or cols == 0:
         return
     vec = cols % 4 == 0 and om.ptr % 16 == 0 and xr.ptr % 16 == 0
-    fn, config, args = plan(s, ("softmax", rows, cols, vec, SOFTMAX_KERNEL, SOFTMAX_REG,
-                                SOFTMAX_WIDE_BLOCK), lambda: _softmax_plan(s, rows, cols, vec))
+    fn, config, args = plan(
+        s,
+        ("softmax", rows, cols, vec, SOFTMAX_KERNEL, SOFTMAX_REG, SOFTMAX_WIDE_BLOCK),
+        lambda: _softmax_plan(s, rows, cols, vec),
+    )
     s.launch(fn, config, [om, xr, *args])
 
 
 def _softmax_plan(s: Any, rows: int, cols: int, vec: bool) -> tuple:
     """(Function, config, (u32 rows, u32 cols)) of a softmax over rows x cols (vec: float4)."""
-    block = SOFTMAX_WIDE_BLOCK if cols >= 4096 else 256 if cols >= 256 else \
-        32 * ((cols + 31) // 32)
+    block = SOFTMAX_WIDE_BLOCK if cols >= 4096 else 256 if cols >= 256 else 32 * ((cols + 31) // 32)
     grid = min(rows, 65535 * 32)
     room = s.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") - 1024
     args = (u32(rows), u32(cols))
     if vec and SOFTMAX_KERNEL == "split":
         cache = max(0, cols // 4 - SOFTMAX_REG * block) * 16
         if cache <= room:
-            return (function(s, _FILE, _SPLIT[SOFTMAX_REG], _EXPRS),
-                    LaunchConfig(grid, block, shared_mem_bytes=cache), args)
+            return (
+                function(s, _FILE, _SPLIT[SOFTMAX_REG], _EXPRS),
+                LaunchConfig(grid, block, shared_mem_bytes=cache),
+                args,
+            )
     if cols * 4 <= room:
         # The row fits in shared memory: one read of x, one write of y.
         kernel = "cached" if SOFTMAX_KERNEL == "cached" else "online"
-        return (function(s, _FILE, _SOFTMAX[kernel][vec], _EXPRS),
-                LaunchConfig(grid, block, shared_mem_bytes=cols * 4), args)
+        return (
+            function(s, _FILE, _SOFTMAX[kernel][vec], _EXPRS),
+            LaunchConfig(grid, block, shared_mem_bytes=cols * 4),
+            args,
+        )
     return function(s, _FILE, "softmax_rows_f32", _EXPRS), LaunchConfig(grid, block), args
 
 
@@ -118,8 +143,10 @@ def transpose(s: Any, out: Any, x: Any) -> None:
     om, xr = s.tensor_mut(out), s.tensor(x)
     rows, cols = _two_d(xr, op, "x")
     if om.shape != (cols, rows) or om.scalar_type is not xr.scalar_type:
-        raise ValidationError(f"{op}: out must be {xr.scalar_type.name}{(cols, rows)}, got "
-                              f"{om.scalar_type.name}{om.shape}")
+        raise ValidationError(
+            f"{op}: out must be {xr.scalar_type.name}{(cols, rows)}, got "
+            f"{om.scalar_type.name}{om.shape}"
+        )
     t = xr.scalar_type.name
     if t not in _T_TYPES:
         raise ValidationError(f"{op}: x is {t}; transpose takes {list(_T_TYPES)}")
@@ -129,8 +156,11 @@ def transpose(s: Any, out: Any, x: Any) -> None:
     if (rows + e - 1) // e > 65535:
         raise ValidationError(f"{op}: x has {rows} rows; at most {65535 * e}")
     fn = function(s, _FILE, _TRANSPOSE[_T_CTYPES[t], e], _EXPRS)
-    s.launch(fn, LaunchConfig(((cols + e - 1) // e, (rows + e - 1) // e), (32, 8)),
-             [om, xr, u32(rows), u32(cols)])
+    s.launch(
+        fn,
+        LaunchConfig(((cols + e - 1) // e, (rows + e - 1) // e), (32, 8)),
+        [om, xr, u32(rows), u32(cols)],
+    )
 
 
 def cumsum(s: Any, out: Any, x: Any) -> None:
@@ -146,9 +176,11 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
     check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
     if xr.ndim != 1 or om.shape != xr.shape or om.scalar_type is not xr.scalar_type:
-        raise ValidationError(f"{op}: x must be 1-D and out of its shape and dtype; got x "
-                              f"{xr.scalar_type.name}{xr.shape}, out "
-                              f"{om.scalar_type.name}{om.shape}")
+        raise ValidationError(
+            f"{op}: x must be 1-D and out of its shape and dtype; got x "
+            f"{xr.scalar_type.name}{xr.shape}, out "
+            f"{om.scalar_type.name}{om.shape}"
+        )
     t = xr.scalar_type
     if t.name not in _S_TYPES:
         raise ValidationError(f"{op}: x is {t.name}; cumsum takes {list(_S_TYPES)}")
@@ -158,8 +190,9 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
 def _scan(s: Any, om: Any, xr: Any, t: Any, n: int) -> None:
     if n == 0:
         return
-    fn, config, words, args = plan(s, ("cumsum", n, t, SCAN_CONFIG, SCAN_AHEAD),
-                                   lambda: _scan_plan(s, t, n))
+    fn, config, words, args = plan(
+        s, ("cumsum", n, t, SCAN_CONFIG, SCAN_AHEAD), lambda: _scan_plan(s, t, n)
+    )
     # The tiles' status words (and, for 8-byte types, their sums after them) are the
     # session's, kept between calls: each launch takes a new epoch instead of clearing them
     # (rows.cu). A captured launch is replayed with the epoch it was captured with, so it
@@ -191,13 +224,16 @@ def _scan_plan(s: Any, t: Any, n: int) -> tuple:
             break
     tiles = (n + tile - 1) // tile
     if tiles > _MAX_GRID_X:
-        raise ValidationError(f"kernels.cumsum: x has {n} elements; at most "
-                              f"{_MAX_GRID_X * tile}")
+        raise ValidationError(f"kernels.cumsum: x has {n} elements; at most {_MAX_GRID_X * tile}")
     # A status word every `stride` words; 8-byte types keep their values apart, after them.
     words = tiles * stride + (2 * tiles if t.itemsize == 8 else 0)
     fn = function(s, _FILE, _scan_name(t.name, config), _EXPRS)
     ahead = 0
     if s.context.compute_capability >= (9, 0):
         ahead = s.context.attribute("MULTIPROCESSOR_COUNT") * SCAN_AHEAD // (tile * t.itemsize)
-    return (fn, LaunchConfig(tiles, threads, shared_mem_bytes=smem), words,
-            (u64(n), u32(min(ahead, tiles))))
+    return (
+        fn,
+        LaunchConfig(tiles, threads, shared_mem_bytes=smem),
+        words,
+        (u64(n), u32(min(ahead, tiles))),
+    )

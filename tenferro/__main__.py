@@ -25,10 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"tenferro {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile and launch real kernels on a GPU and check them")
-    demo.add_argument("--device", type=_device_ordinal, default=0,
-                      help="the device ordinal (default 0)")
-    sub.add_parser("info", help="versions, the driver, devices and the compile cache; works "
-                                "without a GPU")
+    demo.add_argument(
+        "--device", type=_device_ordinal, default=0, help="the device ordinal (default 0)"
+    )
+    sub.add_parser(
+        "info", help="versions, the driver, devices and the compile cache; works without a GPU"
+    )
     ns = parser.parse_args(argv)
     if ns.command == "info":
         from .info import report

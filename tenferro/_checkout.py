@@ -28,14 +28,17 @@ class KernelsFinder(importlib.abc.MetaPathFinder):
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         """The spec of ``tenferro.kernels``; None for every other name."""
         if fullname != NAME:
             return None
         return importlib.util.spec_from_file_location(
-            NAME, os.path.join(self.directory, "__init__.py"),
-            submodule_search_locations=[self.directory])
+            NAME,
+            os.path.join(self.directory, "__init__.py"),
+            submodule_search_locations=[self.directory],
+        )
 
 
 def find_checkout_kernels(package_dir: str) -> None:

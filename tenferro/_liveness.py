@@ -34,9 +34,22 @@ class Liveness:
     capture): a `BoundLaunch` holds itself once a generation instead of once a launch.
     """
 
-    __slots__ = ("allocated", "caches", "capturing", "deferred_frees", "deferred_releases",
-                 "fence_bytes", "fence_every", "fences", "generation", "held", "retained",
-                 "spare_blocks", "spare_events", "stream")
+    __slots__ = (
+        "allocated",
+        "caches",
+        "capturing",
+        "deferred_frees",
+        "deferred_releases",
+        "fence_bytes",
+        "fence_every",
+        "fences",
+        "generation",
+        "held",
+        "retained",
+        "spare_blocks",
+        "spare_events",
+        "stream",
+    )
 
     def __init__(self, stream: int, fence_every: int, fence_bytes: int) -> None:
         self.stream = stream
@@ -177,4 +190,3 @@ class Liveness:
             except Exception:  # a context poisoned by a fault may refuse; nothing to keep
                 pass
         self.spare_events.clear()
-

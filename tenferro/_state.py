@@ -43,13 +43,33 @@ class SessionState:
     captured); ``recent_launches`` names the last eight, for a fault's message.
     """
 
-    __slots__ = ("active_timeline", "context", "device", "export_event", "external_stream",
-                 "fast_path_ok", "faulted", "import_event", "is_open", "launch_count",
-                 "launcher", "liveness", "modules", "ordering", "previous_context",
-                 "recent_launches", "resources", "session", "stream", "stream_owner", "thread")
+    __slots__ = (
+        "active_timeline",
+        "context",
+        "device",
+        "export_event",
+        "external_stream",
+        "fast_path_ok",
+        "faulted",
+        "import_event",
+        "is_open",
+        "launch_count",
+        "launcher",
+        "liveness",
+        "modules",
+        "ordering",
+        "previous_context",
+        "recent_launches",
+        "resources",
+        "session",
+        "stream",
+        "stream_owner",
+        "thread",
+    )
 
-    def __init__(self, session: Any, device: int, external_stream: int | None,
-                 stream_owner: Any) -> None:
+    def __init__(
+        self, session: Any, device: int, external_stream: int | None, stream_owner: Any
+    ) -> None:
         self.session = session
         self.device = device
         self.external_stream = external_stream  # None: the session makes and owns its stream
@@ -102,9 +122,11 @@ class SessionState:
         self.liveness.close()
         self.stream_owner = None
         self.resources.clear()
-        for release in (functools.partial(_driver.event_destroy, self.import_event),
-                        functools.partial(_driver.event_destroy, self.export_event),
-                        *(m.unload for m in self.modules)):
+        for release in (
+            functools.partial(_driver.event_destroy, self.import_event),
+            functools.partial(_driver.event_destroy, self.export_event),
+            *(m.unload for m in self.modules),
+        ):
             try:
                 release()
             except Exception:  # what is left to release is released all the same
@@ -128,11 +150,15 @@ class SessionState:
         if not self.is_open:
             raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
         if _get_ident() != self.thread:
-            raise RuntimeStateError(f"{op}: the session belongs to the thread that opened it; "
-                                    "open a Session on this thread instead")
+            raise RuntimeStateError(
+                f"{op}: the session belongs to the thread that opened it; "
+                "open a Session on this thread instead"
+            )
         if self.faulted and not faulted_ok:
-            raise KernelFault(f"{op}: an earlier kernel fault made this session unusable",
-                              launches=tuple(self.recent_launches))
+            raise KernelFault(
+                f"{op}: an earlier kernel fault made this session unusable",
+                launches=tuple(self.recent_launches),
+            )
 
     def refuse_in_capture(self, op: str, why: str) -> None:
         """Raise `RuntimeStateError` naming ``op`` and ``why`` while a capture runs."""
@@ -141,8 +167,12 @@ class SessionState:
 
     def refresh_fast_path(self) -> None:
         """Let launches take the fast path only while open, not faulted, capturing or timing."""
-        self.fast_path_ok = self.is_open and not self.faulted and \
-            not self.liveness.capturing and self.active_timeline is None
+        self.fast_path_ok = (
+            self.is_open
+            and not self.faulted
+            and not self.liveness.capturing
+            and self.active_timeline is None
+        )
 
     def set_timeline(self, timeline: Any) -> None:
         """Time every launch in ``timeline`` from now on (None: stop timing)."""
@@ -161,8 +191,9 @@ class SessionState:
         self.faulted = True
         self.fast_path_ok = False
         last = tuple(self.recent_launches)
-        return KernelFault(f"{exc}; last launches: {list(last)}", exc.result_name,
-                           exc.result_code, last)
+        return KernelFault(
+            f"{exc}; last launches: {list(last)}", exc.result_name, exc.result_code, last
+        )
 
     def add_module(self, module: Any) -> Any:
         """Keep ``module`` loaded until the session closes (the loaders call this)."""
@@ -182,8 +213,9 @@ class SessionState:
 
     # --- the one enqueue routine -------------------------------------------------------
 
-    def enqueue(self, op: str, name: str, config: Any, launch: Callable[[Any], Any],
-                target: Any, holds: Any) -> None:
+    def enqueue(
+        self, op: str, name: str, config: Any, launch: Callable[[Any], Any], target: Any, holds: Any
+    ) -> None:
         """Enqueue one launch: ``launch(target)`` returns a CUresult code (0 or None: success).
 
         Orders the stream after the producers of new spans, times the launch inside
@@ -207,8 +239,9 @@ class SessionState:
             self.launch_count += 1
         live.hold(holds)
 
-    def enqueue_fast(self, op: str, name: str, launch: Callable[[int], int],
-                     record_address: int) -> None:
+    def enqueue_fast(
+        self, op: str, name: str, launch: Callable[[int], int], record_address: int
+    ) -> None:
         """`enqueue` where the caller saw `fast_path_ok` on this thread, holding nothing new.
 
         No timeline and no capture can be running, so there is nothing to time and every

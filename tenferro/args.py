@@ -36,8 +36,22 @@ from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 _GENERATED = "Generated for one signature by tenferro.{} (its source is built there)."
 
 __all__ = [
-    "KernelArg", "ParamBlockBase", "ParamBlock", "check_overlaps",
-    "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
+    "KernelArg",
+    "ParamBlockBase",
+    "ParamBlock",
+    "check_overlaps",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "f16",
+    "bf16",
+    "f32",
+    "f64",
 ]
 
 _SCALAR, _POINTER, _BYTES = 0, 1, 2
@@ -55,8 +69,14 @@ class KernelArg:
 
     __slots__ = ("align", "data", "kind", "scalar_type", "span")
 
-    def __init__(self, kind: int, scalar_type: ScalarType | None, data: bytes,
-                 span: Span | None = None, align: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: int,
+        scalar_type: ScalarType | None,
+        data: bytes,
+        span: Span | None = None,
+        align: int | None = None,
+    ) -> None:
         self.kind = kind
         self.scalar_type = scalar_type
         self.data = data
@@ -66,21 +86,29 @@ class KernelArg:
     @classmethod
     def scalar(cls, value: Any, dtype: Any) -> KernelArg:
         """A scalar of ``dtype`` (a numpy dtype or a name like ``"u32"``); range-checked."""
-        t = dtypes.by_name(dtype) if isinstance(dtype, str) else dtypes.from_numpy(
-            dtype, "KernelArg.scalar")
+        t = (
+            dtypes.by_name(dtype)
+            if isinstance(dtype, str)
+            else dtypes.from_numpy(dtype, "KernelArg.scalar")
+        )
         return cls(_SCALAR, t, dtypes.pack_scalar(t, value, f"KernelArg.scalar({t.name})"))
 
     @classmethod
     def pointer(cls, span: Span) -> KernelArg:
         """A device pointer to a span's memory (what passing the span itself does)."""
         if not isinstance(span, Span):
-            raise ValidationError(f"KernelArg.pointer: span must be a TensorRef, TensorMut or "
-                                  f"DeviceBytes, got {type(span).__name__}")
+            raise ValidationError(
+                f"KernelArg.pointer: span must be a TensorRef, TensorMut or "
+                f"DeviceBytes, got {type(span).__name__}"
+            )
         return cls(_POINTER, None, b"", span)
 
     @classmethod
-    def struct(cls, data: bytes | bytearray | memoryview | np.ndarray | ctypes.Structure,
-               align: int | None = None) -> KernelArg:
+    def struct(
+        cls,
+        data: bytes | bytearray | memoryview | np.ndarray | ctypes.Structure,
+        align: int | None = None,
+    ) -> KernelArg:
         """A by-value struct: its raw bytes, checked against the parameter's size at launch.
 
         ``align``, when given, is the struct's alignment in bytes (a power of two up to 256);
@@ -88,8 +116,12 @@ class KernelArg:
         and CUDA C). None leaves the alignment to the parameter.
         """
         op = "KernelArg.struct"
-        if align is not None and (not isinstance(align, int) or isinstance(align, bool)
-                                  or not 1 <= align <= 256 or align & (align - 1)):
+        if align is not None and (
+            not isinstance(align, int)
+            or isinstance(align, bool)
+            or not 1 <= align <= 256
+            or align & (align - 1)
+        ):
             raise ValidationError(f"{op}: {align=} must be None or a power of two from 1 to 256")
         if isinstance(data, np.ndarray):
             raw = data.tobytes()
@@ -98,8 +130,10 @@ class KernelArg:
         elif isinstance(data, (bytes, bytearray, memoryview)):
             raw = bytes(data)
         else:
-            raise ValidationError(f"{op}: data must be bytes, a numpy array or a "
-                                  f"ctypes.Structure, got {type(data).__name__}")
+            raise ValidationError(
+                f"{op}: data must be bytes, a numpy array or a "
+                f"ctypes.Structure, got {type(data).__name__}"
+            )
         if not raw:
             raise ValidationError(f"{op}: data is empty; a by-value struct has at least one byte")
         return cls(_BYTES, None, raw, None, align)
@@ -172,6 +206,7 @@ def _scalar_factory(name: str) -> Any:
                 return a
             return typed(pack(t, value, op))
     else:
+
         def make(value: Any) -> KernelArg:
             return typed(pack(t, value, op))
 
@@ -238,7 +273,8 @@ def _pack_python(p: Param, a: Any, op: str, i: int) -> bytes:
         return (a & ((1 << bits) - 1)).to_bytes(p.size, "little")
     raise ValidationError(
         f"{where} is a bare Python {type(a).__name__} but the parameter is {p.describe()}; "
-        f"pass a typed scalar (tf.u64(...), tf.f32(...)) or a span")
+        f"pass a typed scalar (tf.u64(...), tf.f32(...)) or a span"
+    )
 
 
 class ParamBlockBase:
@@ -251,8 +287,18 @@ class ParamBlockBase:
     once.
     """
 
-    __slots__ = ("_buf", "_mv", "_ptrs", "address", "last_args", "last_slot_spans", "last_spans",
-                 "nparams", "offsets", "sig")
+    __slots__ = (
+        "_buf",
+        "_mv",
+        "_ptrs",
+        "address",
+        "last_args",
+        "last_slot_spans",
+        "last_spans",
+        "nparams",
+        "offsets",
+        "sig",
+    )
     what = "kernel"  # how refusals name the kernel
 
     def __init__(self, sig: Signature) -> None:
@@ -303,7 +349,8 @@ class ParamBlockBase:
         if len(args) != self.nparams:
             raise ValidationError(
                 f"{op}: {self.what} {display_name(self.sig.name)!r} takes {self.nparams} "
-                f"argument(s), got {len(args)}")
+                f"argument(s), got {len(args)}"
+            )
         # An argument that is the very object packed last in its place is checked and
         # written already (prev is empty after a refused pack: everything is checked again).
         kept = self.last_slot_spans if len(self.last_slot_spans) == len(prev) > 0 else None
@@ -349,8 +396,17 @@ class ParamBlock(ParamBlockBase):
 
     # pack_new: the straight-line pack without its identity test, a plain function (no
     # bound method made a launch).
-    __slots__ = ("_pack", "elements", "pack_new", "params", "read_only_ok", "scalars_taken",
-                 "slices", "takes_pointer", "writes")
+    __slots__ = (
+        "_pack",
+        "elements",
+        "pack_new",
+        "params",
+        "read_only_ok",
+        "scalars_taken",
+        "slices",
+        "takes_pointer",
+        "writes",
+    )
 
     def __init__(self, sig: Signature) -> None:
         super().__init__(sig)
@@ -358,19 +414,23 @@ class ParamBlock(ParamBlockBase):
         self.nparams = len(params)
         # Per parameter, decided once: the scalar types it takes, where its bytes go, whether
         # a span may go there, and whether the kernel writes through it.
-        self.scalars_taken = tuple(frozenset(t for t in dtypes.SCALAR_TYPES if _scalar_fits(p, t))
-                                   for p in params)
-        self.slices = tuple(slice(o, o + p.size) for o, p in zip(self.offsets, params,
-                                                                   strict=True))
-        self.takes_pointer = tuple(p.kind is PTR or p.kind is PTR_OR_INT or
-                                   (p.kind == OPAQUE and p.size == 8) for p in params)
+        self.scalars_taken = tuple(
+            frozenset(t for t in dtypes.SCALAR_TYPES if _scalar_fits(p, t)) for p in params
+        )
+        self.slices = tuple(slice(o, o + p.size) for o, p in zip(self.offsets, params, strict=True))
+        self.takes_pointer = tuple(
+            p.kind is PTR or p.kind is PTR_OR_INT or (p.kind == OPAQUE and p.size == 8)
+            for p in params
+        )
         self.writes = tuple(bool(p.writes) for p in params)
         # From the C type where the compiler gave it: the span dtypes a pointer takes (None:
         # any), and whether memory its producer marked read-only may go there (a const
         # pointee, or no C type to say otherwise).
         self.elements = tuple(element_types(p.c_type) for p in params)
-        self.read_only_ok = tuple(p.c_type is None or p.c_type.pointee is None
-                                  or p.c_type.pointee.is_const for p in params)
+        self.read_only_ok = tuple(
+            p.c_type is None or p.c_type.pointee is None or p.c_type.pointee.is_const
+            for p in params
+        )
         self._pack, self.pack_new = self._straight_line_pack()
 
     def pack(self, args: list | tuple, state: Any, op: str) -> list:
@@ -386,18 +446,20 @@ class ParamBlock(ParamBlockBase):
         goes); anything else goes to `pack_slot`, which accepts or refuses it as always. What
         is written and returned is what the general loop writes and returns.
         """
-        lines = ["def pack(args, state, op):",
-                 f'    """{_GENERATED.format("args.ParamBlock._straight_line_pack")}"""',
-                 "    prev = block.last_args",
-                 "    if prev and len(args) == len(prev) and all(map(_is, args, prev)):",
-                 "        return block.last_spans",
-                 "    return pack_new(args, state, op)",
-                 "def pack_new(args, state, op):",
-                 f'    """{_GENERATED.format("args.ParamBlock._straight_line_pack")}"""',
-                 f"    if len(args) != {self.nparams}:",
-                 "        return general(args, state, op)",
-                 "    block.last_args = ()",
-                 "    spans = []"]
+        lines = [
+            "def pack(args, state, op):",
+            f'    """{_GENERATED.format("args.ParamBlock._straight_line_pack")}"""',
+            "    prev = block.last_args",
+            "    if prev and len(args) == len(prev) and all(map(_is, args, prev)):",
+            "        return block.last_spans",
+            "    return pack_new(args, state, op)",
+            "def pack_new(args, state, op):",
+            f'    """{_GENERATED.format("args.ParamBlock._straight_line_pack")}"""',
+            f"    if len(args) != {self.nparams}:",
+            "        return general(args, state, op)",
+            "    block.last_args = ()",
+            "    spans = []",
+        ]
         consts: dict[str, Any] = {}
         for i, off in enumerate(self.offsets):
             lines.append(f"    a = args[{i}]")
@@ -405,18 +467,21 @@ class ParamBlock(ParamBlockBase):
                 typed = "c is TensorMut"
                 if not self.writes[i]:
                     typed += " or c is TensorRef" + (
-                        "" if self.read_only_ok[i] else " and not a.producer_readonly")
+                        "" if self.read_only_ok[i] else " and not a.producer_readonly"
+                    )
                 elements = self.elements[i]
                 if elements is not None:  # one element type: an identity test
                     single = len(elements) == 1
                     consts[f"E{i}"] = next(iter(elements)) if single else elements
                     typed = f"({typed}) and a.scalar_type {'is' if single else 'in'} E{i}"
-                lines += ["    c = a.__class__",
-                          f"    if (c is DeviceBytes or {typed}) and a.state is state:",
-                          f"        put_u64(mv, {off}, a.ptr)",
-                          "        spans.append(a)",
-                          f"    elif (a := slot({i}, a, state, op)) is not None:",
-                          "        spans.append(a)"]
+                lines += [
+                    "    c = a.__class__",
+                    f"    if (c is DeviceBytes or {typed}) and a.state is state:",
+                    f"        put_u64(mv, {off}, a.ptr)",
+                    "        spans.append(a)",
+                    f"    elif (a := slot({i}, a, state, op)) is not None:",
+                    "        spans.append(a)",
+                ]
             else:
                 size = self.params[i].size
                 # numpy scalars (np.float32(x)) of a type the parameter takes: their own bits,
@@ -424,37 +489,56 @@ class ParamBlock(ParamBlockBase):
                 consts[f"N{i}"] = {
                     c: np.frombuffer(self._buf, dtype=c, count=1, offset=off)
                     for c in map(dtypes.numpy_scalar_class, self.scalars_taken[i])
-                    if c is not None and np.dtype(c).itemsize == size}
-                lines += [f"    if a.__class__ is KernelArg and a.kind == {_SCALAR} and "
-                          f"a.scalar_type in taken[{i}]:",
-                          f"        mv[{off}:{off + size}] = a.data",
-                          f"    elif (v := N{i}.get(a.__class__)) is not None:",
-                          "        v[0] = a",
-                          "    else:",
-                          f"        slot({i}, a, state, op)"]
+                    if c is not None and np.dtype(c).itemsize == size
+                }
+                lines += [
+                    f"    if a.__class__ is KernelArg and a.kind == {_SCALAR} and "
+                    f"a.scalar_type in taken[{i}]:",
+                    f"        mv[{off}:{off + size}] = a.data",
+                    f"    elif (v := N{i}.get(a.__class__)) is not None:",
+                    "        v[0] = a",
+                    "    else:",
+                    f"        slot({i}, a, state, op)",
+                ]
         # Two or three spans: each pair tested inline (`overlaps`); check_overlaps names them.
-        pair = ("(({0}.writable or {1}.writable) and {0}.lo < {1}.hi and {1}.lo < {0}.hi and "
-                "{0}.hi > {0}.lo and {1}.hi > {1}.lo)")
-        lines += ["    if len(spans) == 2:",
-                  "        a, b = spans",
-                  f"        if {pair.format('a', 'b')}:",
-                  "            check_overlaps(spans, args, op)",
-                  "    elif len(spans) == 3:",
-                  "        a, b, c = spans",
-                  f"        if {pair.format('a', 'b')} or {pair.format('a', 'c')} or "
-                  f"{pair.format('b', 'c')}:",
-                  "            check_overlaps(spans, args, op)",
-                  "    elif len(spans) > 3:",
-                  "        check_overlaps(spans, args, op)",
-                  "    block.last_args, block.last_spans = tuple(args), spans",
-                  "    return spans"]
-        namespace = {"block": self, "_is": _is, "general": super().pack, "slot": self.pack_slot,
-                     "mv": self._mv, "put_u64": _U64.pack_into, "taken": self.scalars_taken,
-                     **consts,
-                     "KernelArg": KernelArg, "TensorMut": TensorMut, "TensorRef": TensorRef,
-                     "DeviceBytes": DeviceBytes, "check_overlaps": check_overlaps}
-        exec(compile("\n".join(lines), "<tenferro.args.ParamBlock._straight_line_pack>", "exec"),
-             namespace)
+        pair = (
+            "(({0}.writable or {1}.writable) and {0}.lo < {1}.hi and {1}.lo < {0}.hi and "
+            "{0}.hi > {0}.lo and {1}.hi > {1}.lo)"
+        )
+        lines += [
+            "    if len(spans) == 2:",
+            "        a, b = spans",
+            f"        if {pair.format('a', 'b')}:",
+            "            check_overlaps(spans, args, op)",
+            "    elif len(spans) == 3:",
+            "        a, b, c = spans",
+            f"        if {pair.format('a', 'b')} or {pair.format('a', 'c')} or "
+            f"{pair.format('b', 'c')}:",
+            "            check_overlaps(spans, args, op)",
+            "    elif len(spans) > 3:",
+            "        check_overlaps(spans, args, op)",
+            "    block.last_args, block.last_spans = tuple(args), spans",
+            "    return spans",
+        ]
+        namespace = {
+            "block": self,
+            "_is": _is,
+            "general": super().pack,
+            "slot": self.pack_slot,
+            "mv": self._mv,
+            "put_u64": _U64.pack_into,
+            "taken": self.scalars_taken,
+            **consts,
+            "KernelArg": KernelArg,
+            "TensorMut": TensorMut,
+            "TensorRef": TensorRef,
+            "DeviceBytes": DeviceBytes,
+            "check_overlaps": check_overlaps,
+        }
+        exec(
+            compile("\n".join(lines), "<tenferro.args.ParamBlock._straight_line_pack>", "exec"),
+            namespace,
+        )
         return namespace["pack"], namespace["pack_new"]
 
     def fresh(self) -> ParamBlock:
@@ -470,14 +554,16 @@ class ParamBlock(ParamBlockBase):
         """
         p = self.params[i]
         if p.c_type is None:
-            return ValidationError(f"{op}: args[{i}] expects {p.describe()}, got "
-                                   f"{got or _describe(a)}")
+            return ValidationError(
+                f"{op}: args[{i}] expects {p.describe()}, got {got or _describe(a)}"
+            )
         name = f" {p.name!r}" if p.name else ""
         what = p.c_type.spell()
         if p.kind == BYTES:
             what += f" ({p.size} bytes, aligned to {p.align})"
-        return ValidationError(f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel "
-                               f"takes {what}{hint}")
+        return ValidationError(
+            f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel takes {what}{hint}"
+        )
 
     def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
@@ -493,20 +579,25 @@ class ParamBlock(ParamBlockBase):
                 cls = a.__class__
             else:
                 p = self.params[i]
-                if p.kind not in (BYTES, OPAQUE) or len(a.data) != p.size or (
-                        a.align is not None and p.kind == BYTES and a.align != p.align):
+                if (
+                    p.kind not in (BYTES, OPAQUE)
+                    or len(a.data) != p.size
+                    or (a.align is not None and p.kind == BYTES and a.align != p.align)
+                ):
                     where = f" aligned to {p.align}" if p.kind == BYTES else ""
                     if p.c_type is not None:
                         raise self.mismatch(op, i, a)
                     raise ValidationError(
-                        f"{op}: args[{i}] expects {p.describe()}{where}, got {a.describe()}")
+                        f"{op}: args[{i}] expects {p.describe()}{where}, got {a.describe()}"
+                    )
                 self._mv[self.slices[i]] = a.data
                 return None
         if cls is TensorMut or cls is TensorRef or cls is DeviceBytes:
             if a.state is not state:
                 raise ValidationError(
                     f"{op}: args[{i}] is a {cls.__name__} of another session; make spans "
-                    f"with this session's tensor()/tensor_mut()")
+                    f"with this session's tensor()/tensor_mut()"
+                )
             if not self.takes_pointer[i]:
                 raise self.mismatch(op, i, a, got=f"a {cls.__name__} (pointer)")
             if cls is TensorRef and self.writes[i]:
@@ -514,14 +605,19 @@ class ParamBlock(ParamBlockBase):
                 raise ValidationError(
                     f"{op}: args[{i}] is a read-only TensorRef but kernel "
                     f"{display_name(self.sig.name)!r} writes parameter {p.name or i}; use "
-                    "tensor_mut()")
+                    "tensor_mut()"
+                )
             elements = self.elements[i]
-            if elements is not None and cls is not DeviceBytes and \
-                    a.scalar_type not in elements:
+            if elements is not None and cls is not DeviceBytes and a.scalar_type not in elements:
                 raise self.mismatch(op, i, a, got=str(a.dtype))
             if cls is TensorRef and a.producer_readonly and not self.read_only_ok[i]:
-                raise self.mismatch(op, i, a, got="memory its producer marked read-only",
-                                    hint="; declare it const if the kernel only reads it")
+                raise self.mismatch(
+                    op,
+                    i,
+                    a,
+                    got="memory its producer marked read-only",
+                    hint="; declare it const if the kernel only reads it",
+                )
             _U64.pack_into(self._mv, self.offsets[i], a.ptr)
             return a
         p = self.params[i]
@@ -535,15 +631,19 @@ class ParamBlock(ParamBlockBase):
         else:
             raise ValidationError(
                 f"{op}: args[{i}] is {_describe(a)}; expected a span (s.tensor(x), "
-                f"s.tensor_mut(x)), a KernelArg or a typed scalar such as tf.u32(n)")
+                f"s.tensor_mut(x)), a KernelArg or a typed scalar such as tf.u32(n)"
+            )
         self._mv[self.slices[i]] = data
         return None
 
 
 def _span_positions(args: list | tuple) -> list[int]:
     """The argument index of each span, in the order `ParamBlock.pack` collected them."""
-    return [i for i, a in enumerate(args)
-            if type(a) in _SPAN_TYPES or (type(a) is KernelArg and a.kind == _POINTER)]
+    return [
+        i
+        for i, a in enumerate(args)
+        if type(a) in _SPAN_TYPES or (type(a) is KernelArg and a.kind == _POINTER)
+    ]
 
 
 def check_overlaps(spans: list, args: list | tuple, op: str) -> None:
@@ -559,4 +659,5 @@ def check_overlaps(spans: list, args: list | tuple, op: str) -> None:
                     f"{op}: args[{pos[i]}] ({type(a).__name__}) and "
                     f"args[{pos[j]}] ({type(b).__name__}) overlap in memory "
                     f"(0x{a.lo:x}-0x{a.hi:x} and 0x{b.lo:x}-0x{b.hi:x}); "
-                    "a writable span must be exclusive in a launch")
+                    "a writable span must be exclusive in a launch"
+                )

@@ -82,8 +82,10 @@ class CompiledCuda:
 
     def __repr__(self) -> str:
         kernels = "; ".join(sig.declaration() for sig in self.signatures.values())
-        return (f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
-                f"{listed(self.variables)})")
+        return (
+            f"CompiledCuda({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
+            f"{listed(self.variables)})"
+        )
 
     def _repr_html_(self) -> str:
         return kernels_html(f"CompiledCuda: {self._what()}", self.signatures)
@@ -100,12 +102,12 @@ def _norm_name_expressions(name_expressions: Any, op: str) -> list[str]:
     try:
         exprs = list(name_expressions)
     except TypeError:
-        raise ValidationError(f"{op}: {name_expressions=} must be a str or a list of str") \
-            from None
+        raise ValidationError(f"{op}: {name_expressions=} must be a str or a list of str") from None
     for e in exprs:
         if not isinstance(e, str) or not e or "\0" in e:
-            raise ValidationError(f"{op}: name_expressions={exprs!r}: each must be a non-empty "
-                                  f"str, got {e!r}")
+            raise ValidationError(
+                f"{op}: name_expressions={exprs!r}: each must be a non-empty str, got {e!r}"
+            )
     return exprs
 
 
@@ -119,15 +121,23 @@ def _norm_options(options: Any, op: str) -> list[str]:
         if not isinstance(o, str):
             raise ValidationError(f"{op}: options must be strings, got {o!r}")
         if o.startswith(("-arch", "--gpu-architecture")):
-            raise ValidationError(f"{op}: options={opts!r}: give the architecture as arch=, "
-                                  "not in options")
+            raise ValidationError(
+                f"{op}: options={opts!r}: give the architecture as arch=, not in options"
+            )
     return opts
 
 
-def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: str = "cubin",
-                 options: Any = None, name_expressions: Any = None,
-                 *, name: str = "tenferro.cu", cache: bool = True,
-                 _driver_version: int = 0) -> CompiledCuda:
+def compile_cuda(
+    source: str | os.PathLike[str],
+    arch: str = "sm_90",
+    target: str = "cubin",
+    options: Any = None,
+    name_expressions: Any = None,
+    *,
+    name: str = "tenferro.cu",
+    cache: bool = True,
+    _driver_version: int = 0,
+) -> CompiledCuda:
     """Compile CUDA C with NVRTC to a CUBIN or PTX for ``arch``; needs no GPU.
 
     ``source`` is CUDA C text, or a path (`pathlib.Path`) of a kernel file: its text is
@@ -147,16 +157,21 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
         raise ValidationError(f"{op}: source must be str, got {type(source).__name__}")
     nul = source.find("\0")
     if nul >= 0:
-        raise ValidationError(f"{op}: source has a NUL character at offset {nul}; NVRTC would "
-                              "compile only what comes before it")
+        raise ValidationError(
+            f"{op}: source has a NUL character at offset {nul}; NVRTC would "
+            "compile only what comes before it"
+        )
     try:
         source_bytes = source.encode()
     except UnicodeEncodeError as exc:
-        raise ValidationError(f"{op}: source cannot be encoded as UTF-8 at offset {exc.start} "
-                              f"({source[exc.start]!r}: {exc.reason})") from None
+        raise ValidationError(
+            f"{op}: source cannot be encoded as UTF-8 at offset {exc.start} "
+            f"({source[exc.start]!r}: {exc.reason})"
+        ) from None
     if not isinstance(name, str) or not name or "\0" in name:
-        raise ValidationError(f"{op}: {name=} must be a non-empty str (the file name NVRTC "
-                              "reports)")
+        raise ValidationError(
+            f"{op}: {name=} must be a non-empty str (the file name NVRTC reports)"
+        )
     if target not in ("cubin", "ptx"):
         raise ValidationError(f"{op}: {target=} must be 'cubin' or 'ptx'")
     m = _ARCH.match(arch) if isinstance(arch, str) else None
@@ -168,15 +183,27 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
     exprs = _norm_name_expressions(name_expressions, op)
     real_arch, virt_arch = f"sm_{m.group(2)}{m.group(3)}", f"compute_{m.group(2)}{m.group(3)}"
     if target == "cubin" and arch.startswith("compute_"):
-        raise ValidationError(f"{op}: target='cubin' needs a real architecture (sm_NN), got "
-                              f"{arch=}")
+        raise ValidationError(
+            f"{op}: target='cubin' needs a real architecture (sm_NN), got {arch=}"
+        )
     arch_opt = f"-arch={real_arch if target == 'cubin' else virt_arch}"
     base_opts = [arch_opt, "-std=c++17", *(f"-I{d}" for d in _driver.cuda_include_dirs())]
     nvrtc_ver = _driver.nvrtc_version()
-    key = hashlib.sha256(json.dumps(
-        [_CACHE_FORMAT, source, opts, exprs, base_opts, target, nvrtc_ver, _driver_version,
-         _user_headers(source, _include_dirs(opts)) if cache else None],
-    ).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                _CACHE_FORMAT,
+                source,
+                opts,
+                exprs,
+                base_opts,
+                target,
+                nvrtc_ver,
+                _driver_version,
+                _user_headers(source, _include_dirs(opts)) if cache else None,
+            ],
+        ).encode()
+    ).hexdigest()
     path = cache_dir() / f"{key}.tfmod"
     if cache:
         hit = _read_cache(path, key)
@@ -191,18 +218,33 @@ def compile_cuda(source: str | os.PathLike[str], arch: str = "sm_90", target: st
     probe_opts = [*base_opts, *opts, f"-I{STD_HEADERS_DIR}"]
     early = _early_c_type_probes(source, name, probe_opts)  # beside the kernels' compile
     ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
-        source_bytes, name.encode(), [o.encode() for o in probe_opts],
-        [e.encode() for e in exprs], target == "cubin")
+        source_bytes,
+        name.encode(),
+        [o.encode() for o in probe_opts],
+        [e.encode() for e in exprs],
+        target == "cubin",
+    )
     if not ok:
-        raise CompileError(f"{op}: NVRTC failed to compile {name!r} for {arch}"
-                           f"{_compile_hint(log, name)}", log)
-    _log.debug("compiled %r for %s with NVRTC %s in %.3f s", name, arch, nvrtc_ver,
-               time.perf_counter() - started)
+        raise CompileError(
+            f"{op}: NVRTC failed to compile {name!r} for {arch}{_compile_hint(log, name)}", log
+        )
+    _log.debug(
+        "compiled %r for %s with NVRTC %s in %.3f s",
+        name,
+        arch,
+        nvrtc_ver,
+        time.perf_counter() - started,
+    )
     ptx_text = ptx.decode()
-    entry = {"key": key, "ptx": ptx_text, "log": log, "lowered": lowered,
-             "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
-             "probes": _c_type_probes(source, name, probe_opts, ptx_text, early),
-             "variable_probes": _variable_probes(source, name, probe_opts, ptx_text)}
+    entry = {
+        "key": key,
+        "ptx": ptx_text,
+        "log": log,
+        "lowered": lowered,
+        "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
+        "probes": _c_type_probes(source, name, probe_opts, ptx_text, early),
+        "variable_probes": _variable_probes(source, name, probe_opts, ptx_text),
+    }
     if cache:
         _write_cache(path, entry)
     return _finish(entry, source, target, arch, from_cache=False)
@@ -215,11 +257,13 @@ def _read_kernel_file(path: Path, op: str) -> str:
     except FileNotFoundError:
         raise ValidationError(f"{op}: source={str(path)!r} does not exist") from None
     except UnicodeDecodeError as exc:
-        raise ValidationError(f"{op}: source={str(path)!r} is not UTF-8 text (byte "
-                              f"{exc.start}: {exc.reason})") from None
+        raise ValidationError(
+            f"{op}: source={str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
     except OSError as exc:
-        raise ValidationError(f"{op}: source={str(path)!r} cannot be read: "
-                              f"{exc.strerror or exc}") from None
+        raise ValidationError(
+            f"{op}: source={str(path)!r} cannot be read: {exc.strerror or exc}"
+        ) from None
 
 
 _INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
@@ -271,23 +315,56 @@ def _user_headers(source: str, dirs: list[str]) -> list[list[str]]:
 
 
 # C++ library headers libcu++ has as <cuda/std/NAME>, with its names in cuda::std.
-_IN_LIBCUXX = frozenset((
-    "array", "atomic", "bit", "complex", "functional", "numeric", "optional", "span", "tuple",
-    "type_traits", "utility", "variant"))
+_IN_LIBCUXX = frozenset(
+    (
+        "array",
+        "atomic",
+        "bit",
+        "complex",
+        "functional",
+        "numeric",
+        "optional",
+        "span",
+        "tuple",
+        "type_traits",
+        "utility",
+        "variant",
+    )
+)
 # Host library headers with no device counterpart.
-_HOST_ONLY = frozenset((
-    "ctime", "time.h", "iostream", "memory",
-    "string", "vector", "map", "unordered_map", "set", "sstream", "fstream", "stdexcept",
-    "exception", "chrono", "thread", "mutex"))
+_HOST_ONLY = frozenset(
+    (
+        "ctime",
+        "time.h",
+        "iostream",
+        "memory",
+        "string",
+        "vector",
+        "map",
+        "unordered_map",
+        "set",
+        "sstream",
+        "fstream",
+        "stdexcept",
+        "exception",
+        "chrono",
+        "thread",
+        "mutex",
+    )
+)
 # NVRTC's line for it: "<includer>(<line>): catastrophic error: cannot open source file "<h>""
-_MISSING_HEADER = re.compile(r'^(?:(.*)\((\d+)\): )?.*cannot open source file "([^"]+)"',
-                             re.MULTILINE)
+_MISSING_HEADER = re.compile(
+    r'^(?:(.*)\((\d+)\): )?.*cannot open source file "([^"]+)"', re.MULTILINE
+)
 
 
 _FIRST_ERROR = re.compile(r"^.*\(\d+\): (?:catastrophic )?error", re.MULTILINE)
 # NVRTC's line for a host function it met: in a header, the header is not for device code
-_HOST_FUNCTION = re.compile(r"^(.*)\((\d+)\): error: A function without execution space "
-                            r"annotations", re.MULTILINE)
+_HOST_FUNCTION = re.compile(
+    r"^(.*)\((\d+)\): error: A function without execution space "
+    r"annotations",
+    re.MULTILINE,
+)
 
 
 def _compile_hint(log: str, name: str) -> str:
@@ -305,27 +382,39 @@ def _compile_hint(log: str, name: str) -> str:
         if h is None or first is None or first.start() != h.start():
             return ""  # another error came first: the host function may only follow from it
         if os.path.basename(h.group(1)) == os.path.basename(name):  # a file written for nvcc
-            return (f": line {h.group(2)} is a host function, and NVRTC compiles device code "
-                    "only: mark a helper the kernels call __device__, and keep host code "
-                    "(main, cudaMalloc, <<<...>>>) inside #ifndef __CUDACC_RTC__ ... #endif")
-        return (f": {os.path.basename(h.group(1))} declares host functions (line {h.group(2)}), "
-                "which NVRTC does not compile; a kernel file cannot include it")
+            return (
+                f": line {h.group(2)} is a host function, and NVRTC compiles device code "
+                "only: mark a helper the kernels call __device__, and keep host code "
+                "(main, cudaMalloc, <<<...>>>) inside #ifndef __CUDACC_RTC__ ... #endif"
+            )
+        return (
+            f": {os.path.basename(h.group(1))} declares host functions (line {h.group(2)}), "
+            "which NVRTC does not compile; a kernel file cannot include it"
+        )
     includer, line, header = m.groups()
     by = ""
     if includer and os.path.basename(includer) != os.path.basename(name):
         by = f", included by {os.path.basename(includer)}({line}),"
     if header in _IN_LIBCUXX:
-        return (f": <{header}>{by} is a host C++ library header; include "
-                f"<cuda/std/{header}> and write cuda::std:: where the source writes std::")
+        return (
+            f": <{header}>{by} is a host C++ library header; include "
+            f"<cuda/std/{header}> and write cuda::std:: where the source writes std::"
+        )
     if header.startswith("crt/"):  # the toolkit's, wanted by mma.h and others
-        return (f": <{header}>{by} is one of the CUDA toolkit's crt/ headers, not installed "
-                'here: pip install "cuda-toolkit[crt]==13.*" (CUDA 13) or '
-                '"cuda-toolkit[nvcc]==12.*" (CUDA 12)')
+        return (
+            f": <{header}>{by} is one of the CUDA toolkit's crt/ headers, not installed "
+            'here: pip install "cuda-toolkit[crt]==13.*" (CUDA 13) or '
+            '"cuda-toolkit[nvcc]==12.*" (CUDA 12)'
+        )
     if header in _HOST_ONLY:
-        return (f": <{header}>{by} is a host C/C++ library header, which device code cannot "
-                "use (libcu++ has device versions of many as <cuda/std/...>)")
-    return (f": it could not open {header!r}{by.rstrip(',')}; give the folder that holds it "
-            "with options=['-I/path/to/folder']")
+        return (
+            f": <{header}>{by} is a host C/C++ library header, which device code cannot "
+            "use (libcu++ has device versions of many as <cuda/std/...>)"
+        )
+    return (
+        f": it could not open {header!r}{by.rstrip(',')}; give the folder that holds it "
+        "with options=['-I/path/to/folder']"
+    )
 
 
 # Instantiated on ``decltype(&kernel)`` for each extern "C" kernel, in a second compile, so that
@@ -335,8 +424,9 @@ _PROBE_SOURCE = f"\ntemplate <typename T> __global__ void {_PROBE}() {{}}\n"
 _ENTRY_NAME = re.compile(r"\.entry\s+([\w$]+)")
 
 
-def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
-                   early: _Early | None = None) -> dict[str, str]:
+def _c_type_probes(
+    source: str, name: str, options: list[str], ptx: str, early: _Early | None = None
+) -> dict[str, str]:
     """For each extern "C" entry, the lowered name of the probe instantiated on its type.
 
     A kernel declared inside a namespace is named with it (`qualified_kernel_names`). Only
@@ -351,8 +441,9 @@ def _c_type_probes(source: str, name: str, options: list[str], ptx: str,
     got = early.result() if early is not None else None
     if got and all(e in got for e in entries):
         return {e: got[e] for e in entries}
-    return _lowered_probes_apart(source + _PROBE_SOURCE, name, options,
-                                 _probe_exprs(entries, qualified_kernel_names(source)))
+    return _lowered_probes_apart(
+        source + _PROBE_SOURCE, name, options, _probe_exprs(entries, qualified_kernel_names(source))
+    )
 
 
 def _probe_exprs(kernels: list[str], qualified: dict[str, str]) -> dict[str, str]:
@@ -363,7 +454,8 @@ def _probe_exprs(kernels: list[str], qualified: dict[str, str]) -> dict[str, str
 # An extern "C" kernel as people write it; a guess from the text, which PTX's entries confirm.
 _EXTERN_C_KERNEL = re.compile(
     r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
-    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
+)
 
 
 class _Early:
@@ -373,8 +465,9 @@ class _Early:
 
     def __init__(self, fn: Any, *args: Any) -> None:
         self._value: Any = None
-        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
-                                        name="tenferro-c-type-probe")
+        self._thread = threading.Thread(
+            target=self._run, args=(fn, args), daemon=True, name="tenferro-c-type-probe"
+        )
         self._thread.start()
 
     def _run(self, fn: Any, args: tuple) -> None:
@@ -399,8 +492,13 @@ def _early_c_type_probes(source: str, name: str, options: list[str]) -> _Early |
     guessed = list(dict.fromkeys(_EXTERN_C_KERNEL.findall(source)))
     if not guessed:
         return None
-    return _Early(_lowered_probes, source + _PROBE_SOURCE, name, options,
-                  _probe_exprs(guessed, qualified_kernel_names(source)))
+    return _Early(
+        _lowered_probes,
+        source + _PROBE_SOURCE,
+        name,
+        options,
+        _probe_exprs(guessed, qualified_kernel_names(source)),
+    )
 
 
 def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> dict[str, str]:
@@ -413,8 +511,9 @@ def _variable_probes(source: str, name: str, options: list[str], ptx: str) -> di
     return _lowered_probes_apart(source + PROBE_SOURCE, name, options, exprs)
 
 
-def _lowered_probes_apart(source: str, name: str, options: list[str],
-                          exprs: dict[str, str]) -> dict[str, str]:
+def _lowered_probes_apart(
+    source: str, name: str, options: list[str], exprs: dict[str, str]
+) -> dict[str, str]:
     """`_lowered_probes` of them all, else of each alone where that compile failed.
 
     One expression that cannot be named at the end of the source spoils the compile of them
@@ -422,20 +521,28 @@ def _lowered_probes_apart(source: str, name: str, options: list[str],
     """
     lowered = _lowered_probes(source, name, options, exprs)
     if len(exprs) > 1 and not lowered:
-        lowered = {k: one for k, x in exprs.items()
-                   for one in _lowered_probes(source, name, options, {k: x}).values()}
+        lowered = {
+            k: one
+            for k, x in exprs.items()
+            for one in _lowered_probes(source, name, options, {k: x}).values()
+        }
     return lowered
 
 
-def _lowered_probes(source: str, name: str, options: list[str],
-                    exprs: dict[str, str]) -> dict[str, str]:
+def _lowered_probes(
+    source: str, name: str, options: list[str], exprs: dict[str, str]
+) -> dict[str, str]:
     """Each key's name expression, lowered by a compile of ``source``; {} if that fails."""
     if not exprs:
         return {}
     try:
         ok, _log, _ptx, _cubin, lowered = _driver.nvrtc_compile(
-            source.encode(), name.encode(), [o.encode() for o in options],
-            [x.encode() for x in exprs.values()], False)
+            source.encode(),
+            name.encode(),
+            [o.encode() for o in options],
+            [x.encode() for x in exprs.values()],
+            False,
+        )
     except BackendError:
         return {}
     if not ok:
@@ -444,14 +551,25 @@ def _lowered_probes(source: str, name: str, options: list[str],
 
 
 def _finish(entry: dict, source: str, target: str, arch: str, from_cache: bool) -> CompiledCuda:
-    sigs = with_c_types(parse_ptx(entry["ptx"], "compile_cuda", require_entry=False),
-                        entry.get("probes") or {})
+    sigs = with_c_types(
+        parse_ptx(entry["ptx"], "compile_cuda", require_entry=False), entry.get("probes") or {}
+    )
     sigs = refine_with_source(sigs, source)  # names; the text's types where the compiler's lack
-    variables = variables_with_c_types(ptx_variables(entry["ptx"], source),
-                                            entry["variable_probes"])
+    variables = variables_with_c_types(
+        ptx_variables(entry["ptx"], source), entry["variable_probes"]
+    )
     image = bytes.fromhex(entry["image_hex"])  # _read_cache made sure it is hex
-    return CompiledCuda(image, entry["ptx"], target, arch, entry["log"], dict(entry["lowered"]),
-                        sigs, from_cache, variables)
+    return CompiledCuda(
+        image,
+        entry["ptx"],
+        target,
+        arch,
+        entry["log"],
+        dict(entry["lowered"]),
+        sigs,
+        from_cache,
+        variables,
+    )
 
 
 def _read_cache(path: Path, key: str) -> dict | None:
@@ -467,12 +585,19 @@ def _read_cache(path: Path, key: str) -> dict | None:
         return None  # missing or unreadable: compile again and overwrite
     if not isinstance(entry, dict) or entry.get("key") != key:
         return None
-    ptx, log, lowered, image, probes, variable_probes = (entry.get(k) for k in (
-        "ptx", "log", "lowered", "image_hex", "probes", "variable_probes"))
-    if not (isinstance(ptx, str) and isinstance(log, str) and isinstance(image, str)
-            and all(isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in d.items())
-                    for d in (lowered, probes, variable_probes))):
+    ptx, log, lowered, image, probes, variable_probes = (
+        entry.get(k) for k in ("ptx", "log", "lowered", "image_hex", "probes", "variable_probes")
+    )
+    if not (
+        isinstance(ptx, str)
+        and isinstance(log, str)
+        and isinstance(image, str)
+        and all(
+            isinstance(d, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in d.items())
+            for d in (lowered, probes, variable_probes)
+        )
+    ):
         return None
     try:
         bytes.fromhex(image)
@@ -489,5 +614,6 @@ def _write_cache(path: Path, entry: dict) -> None:
             json.dump(entry, f)
         os.replace(tmp, path)
     except OSError as exc:  # a read-only or full cache directory costs a recompile, never a failure
-        _log.warning("the compile cache could not be written (%s); the next run compiles again",
-                     exc)
+        _log.warning(
+            "the compile cache could not be written (%s); the next run compiles again", exc
+        )

@@ -14,7 +14,7 @@ from .session import Session
 
 __all__ = ["run_demo"]
 
-SOURCE = r'''
+SOURCE = r"""
 extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
@@ -33,7 +33,7 @@ extern "C" __global__ void row_sum(double* out, const double* x, unsigned rows, 
     }
     if (threadIdx.x == 0 && r < rows) out[r] = part[0];
 }
-'''
+"""
 
 
 def run_demo(device: int = 0) -> int:
@@ -66,8 +66,11 @@ def run_demo(device: int = 0) -> int:
         rows, cols = 1000, 3001
         a = rng.standard_normal((rows, cols))
         out = s.upload(np.full(rows, np.nan))
-        s.launch(row_sum, LaunchConfig(rows, 256, shared_mem_bytes=256 * 8),
-                 [s.tensor_mut(out), s.tensor(s.upload(a)), rows, cols])
+        s.launch(
+            row_sum,
+            LaunchConfig(rows, 256, shared_mem_bytes=256 * 8),
+            [s.tensor_mut(out), s.tensor(s.upload(a)), rows, cols],
+        )
         err = float(np.max(np.abs(s.download(out) - a.sum(axis=1))))
         ok &= err < 1e-9
         print(f"row_sum, {rows}x{cols}: max |error| vs numpy = {err:.2e}")
@@ -83,8 +86,10 @@ def run_demo(device: int = 0) -> int:
         end = s.record_event()
         end.synchronize()
         gpu_ms = start.elapsed_ms(end)
-        print(f"s.launch host cost: {host_us:.2f} us a launch (checked, {reps} launches); "
-              f"one axpy on the GPU: {gpu_ms * 1e3:.1f} us")
+        print(
+            f"s.launch host cost: {host_us:.2f} us a launch (checked, {reps} launches); "
+            f"one axpy on the GPU: {gpu_ms * 1e3:.1f} us"
+        )
 
         try:
             s.launch(axpy, cfg, [s.tensor_mut(y), s.tensor(y), f32(2.0), u32(n)])

@@ -54,7 +54,9 @@ def local_device(env: str = "LOCAL_RANK", default: int = 0) -> int:
         raise ValidationError(f"{op}: {env}={ordinal} must be >= 0")
     count = device_count()
     if ordinal >= count:
-        raise RuntimeStateError(f"{op}: {env}={ordinal} but this process sees {count} "
-                                f"device(s) (CUDA_VISIBLE_DEVICES="
-                                f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        raise RuntimeStateError(
+            f"{op}: {env}={ordinal} but this process sees {count} "
+            f"device(s) (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
     return ordinal

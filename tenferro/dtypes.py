@@ -16,8 +16,17 @@ import numpy as np
 
 from .errors import ValidationError
 
-__all__ = ["BY_NUMPY", "SCALAR_TYPES", "ScalarType", "by_name", "from_c_name", "from_dlpack",
-           "from_numpy", "is_int", "numpy_scalar_class"]
+__all__ = [
+    "BY_NUMPY",
+    "SCALAR_TYPES",
+    "ScalarType",
+    "by_name",
+    "from_c_name",
+    "from_dlpack",
+    "from_numpy",
+    "is_int",
+    "numpy_scalar_class",
+]
 
 # DLPack type codes (dlpack.h DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
@@ -115,14 +124,36 @@ def by_name(name: str) -> ScalarType:
 # C type names as compilers spell them (``char`` as signed, as NVRTC's targets have it), the
 # fixed-width and size typedefs a declaration may use, and CUDA's half and bfloat16 types.
 _C_NAMES = {
-    "float": "f32", "double": "f64", "bool": "bool",
-    "char": "i8", "signed char": "i8", "unsigned char": "u8", "int8_t": "i8", "uint8_t": "u8",
-    "short": "i16", "unsigned short": "u16", "int16_t": "i16", "uint16_t": "u16",
-    "int": "i32", "signed": "i32", "unsigned": "u32", "unsigned int": "u32",
-    "int32_t": "i32", "uint32_t": "u32",
-    "long": "i64", "unsigned long": "u64", "long long": "i64", "unsigned long long": "u64",
-    "int64_t": "i64", "uint64_t": "u64", "size_t": "u64", "ptrdiff_t": "i64",
-    "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16",
+    "float": "f32",
+    "double": "f64",
+    "bool": "bool",
+    "char": "i8",
+    "signed char": "i8",
+    "unsigned char": "u8",
+    "int8_t": "i8",
+    "uint8_t": "u8",
+    "short": "i16",
+    "unsigned short": "u16",
+    "int16_t": "i16",
+    "uint16_t": "u16",
+    "int": "i32",
+    "signed": "i32",
+    "unsigned": "u32",
+    "unsigned int": "u32",
+    "int32_t": "i32",
+    "uint32_t": "u32",
+    "long": "i64",
+    "unsigned long": "u64",
+    "long long": "i64",
+    "unsigned long long": "u64",
+    "int64_t": "i64",
+    "uint64_t": "u64",
+    "size_t": "u64",
+    "ptrdiff_t": "i64",
+    "__half": "f16",
+    "half": "f16",
+    "__nv_bfloat16": "bf16",
+    "nv_bfloat16": "bf16",
 }
 
 
@@ -191,8 +222,11 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
                 f"{op}: {t.name} needs an integer, got {type(value).__name__} {value!r}"
             )
         v = int(value)
-        lo, hi = (0, (1 << (8 * t.itemsize)) - 1) if t.kind != "int" else (
-            -(1 << (8 * t.itemsize - 1)), (1 << (8 * t.itemsize - 1)) - 1)
+        lo, hi = (
+            (0, (1 << (8 * t.itemsize)) - 1)
+            if t.kind != "int"
+            else (-(1 << (8 * t.itemsize - 1)), (1 << (8 * t.itemsize - 1)) - 1)
+        )
         if t.kind == "bool":
             lo, hi = 0, 1
         if not lo <= v <= hi:
@@ -219,15 +253,17 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
             bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even
             half = (bits >> 16) & 0xFFFF
             if half & 0x7FFF == 0x7F80 and v - v == 0:  # infinite, from a finite value
-                raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
-                                      f"{_BF16_MAX!r})")
+                raise ValidationError(
+                    f"{op}: {v!r} overflows {t.name} (it rounds past {_BF16_MAX!r})"
+                )
             return _U16.pack(half)
         try:  # struct rounds to nearest and refuses exactly what would round to infinity
             return struct.pack(t.fmt if t.name != "f16" else "<e", v)
         except OverflowError:
             limit = _F16_MAX if t.name == "f16" else _F32_MAX
-            raise ValidationError(f"{op}: {v!r} overflows {t.name} (it rounds past "
-                                  f"{limit!r})") from None
+            raise ValidationError(
+                f"{op}: {v!r} overflows {t.name} (it rounds past {limit!r})"
+            ) from None
     if t.kind == "complex":
         if not isinstance(value, (int, float, complex, np.number)):
             raise ValidationError(f"{op}: {t.name} needs a number, got {value!r}")

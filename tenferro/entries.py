@@ -45,14 +45,14 @@ def candidates(name: str, entries: Iterable[str]) -> list[tuple[str, Demangled]]
             d = demangle(entry)
         except (ValueError, IndexError):
             continue
-        if want in map(_norm, _spellings(d)) or d.name == want or \
-                d.name.endswith("::" + want):
+        if want in map(_norm, _spellings(d)) or d.name == want or d.name.endswith("::" + want):
             out.append((entry, d))
     return sorted(out, key=lambda c: c[1].spell())
 
 
-def find_entry(name: str, entries: Iterable[str], lowered_names: Mapping[str, str],
-               op: str) -> str | None:
+def find_entry(
+    name: str, entries: Iterable[str], lowered_names: Mapping[str, str], op: str
+) -> str | None:
     """The entry ``name`` denotes among ``entries``, or None where nothing matches.
 
     An overloaded or templated C++ name (several entries, or one that is a template
@@ -79,4 +79,5 @@ def find_entry(name: str, entries: Iterable[str], lowered_names: Mapping[str, st
     raise ValidationError(
         f"{op}: {name!r} is {'a template' if template else 'overloaded'}; the kernels of "
         f"this module called so are: {listed}. Pass one as written there "
-        f"(module.function({example!r})) or as a name expression given to compile")
+        f"(module.function({example!r})) or as a name expression given to compile"
+    )

@@ -53,7 +53,10 @@ class KernelFault(BackendError):
     """
 
     def __init__(
-        self, message: str, result_name: str = "", result_code: int = 0,
+        self,
+        message: str,
+        result_name: str = "",
+        result_code: int = 0,
         launches: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message, result_name, result_code)
@@ -62,12 +65,15 @@ class KernelFault(BackendError):
 
 def wrong_device(op: str, device: int, session_device: int) -> ValidationError:
     """The refusal of an array on ``device`` by a session on ``session_device``."""
-    return ValidationError(f"{op}: x lives on device {device}, this session is on device "
-                           f"{session_device}")
+    return ValidationError(
+        f"{op}: x lives on device {device}, this session is on device {session_device}"
+    )
 
 
 def negated_view(op: str) -> ValidationError:
     """The refusal of a torch view with the neg bit set, whose memory lacks the values' sign."""
-    return ValidationError(f"{op}: x is a negated view (torch's neg bit, as x.conj().imag "
-                           "makes): its memory holds the values without their sign; pass "
-                           "x.resolve_neg()")
+    return ValidationError(
+        f"{op}: x is a negated view (torch's neg bit, as x.conj().imag "
+        "makes): its memory holds the values without their sign; pass "
+        "x.resolve_neg()"
+    )

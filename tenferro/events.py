@@ -71,14 +71,17 @@ class Event:
             raise ValidationError(f"{op}: end must be an Event, got {type(end).__name__}")
         end.check_open(op)
         if not (self.timing and end.timing):
-            raise ValidationError(f"{op}: both events need timing=True "
-                                  f"(start.timing={self.timing}, end.timing={end.timing})")
+            raise ValidationError(
+                f"{op}: both events need timing=True "
+                f"(start.timing={self.timing}, end.timing={end.timing})"
+            )
         try:
             for name, ev in (("start", self), ("end", end)):
                 if not _driver.event_query(ev.handle, op):
                     raise RuntimeStateError(
                         f"{op}: the {name} event has not completed; call end.synchronize() "
-                        "or s.synchronize() first (elapsed_ms never waits)")
+                        "or s.synchronize() first (elapsed_ms never waits)"
+                    )
             return _driver.event_elapsed_ms(self.handle, end.handle, op)
         except KernelFault as exc:
             raise self.state.record_fault(exc) from None

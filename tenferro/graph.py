@@ -33,7 +33,8 @@ _INVALIDATED_WHY = (
     "the capture, from any thread (torch, CuPy or numba ops not given a stream of their own), "
     "had to join it, and the driver invalidated the capture. Keep such work out of the "
     "capture's time, or open the session on a non-blocking stream "
-    "(tf.Session(stream=torch.cuda.Stream()))")
+    "(tf.Session(stream=torch.cuda.Stream()))"
+)
 
 
 class Graph:
@@ -61,19 +62,21 @@ class Graph:
         ``stream`` other than None is refused: the graph's owners and order are the session's.
         """
         if stream is not None:
-            raise ValidationError(f"graph.launch: {stream=} is refused; a graph replays on its "
-                                  "session's stream")
+            raise ValidationError(
+                f"graph.launch: {stream=} is refused; a graph replays on its session's stream"
+            )
         st = self.state
         op = "graph.launch"
         st.check_use(op)
         if st.liveness.capturing:
             raise RuntimeStateError(f"{op}: not during a capture")
         if self._exec is None:
-            raise RuntimeStateError(f"{op}: the graph cannot replay: making its executable "
-                                    "graph again after a refused update failed; capture anew")
+            raise RuntimeStateError(
+                f"{op}: the graph cannot replay: making its executable "
+                "graph again after a refused update failed; capture anew"
+            )
         try:  # the graph and its owners live until the stream passes the replay
-            st.enqueue(op, f"graph of {self.node_count} node(s)", None, self._exec.launch, op,
-                       self)
+            st.enqueue(op, f"graph of {self.node_count} node(s)", None, self._exec.launch, op, self)
         except KernelFault as exc:
             raise st.record_fault(exc) from None
 
@@ -101,7 +104,8 @@ class Graph:
             _driver.graph_destroy(graph)
             raise ValidationError(
                 f"{op}: update=graph: the new capture is not the same work as the graph's, so "
-                f"it cannot update it ({why}); capture without update= for a new graph")
+                f"it cannot update it ({why}); capture without update= for a new graph"
+            )
         self.state.liveness.hold(self.owners)  # replays in flight may still use them
         old, self._graph = self._graph, graph
         self.node_count, self.owners = node_count, owners
@@ -124,8 +128,10 @@ class Graph:
 
 def _destroy(exec_graph: _driver.ExecutableGraph | None, graph: int) -> None:
     """Destroy a Graph's executable and graph; never raises (a finaliser calls it)."""
-    for destroy in (exec_graph and exec_graph.destroy,
-                    graph and (lambda: _driver.graph_destroy(graph))):
+    for destroy in (
+        exec_graph and exec_graph.destroy,
+        graph and (lambda: _driver.graph_destroy(graph)),
+    ):
         try:
             if destroy:
                 destroy()
@@ -155,8 +161,9 @@ class Capture:
         if st.liveness.capturing:
             raise RuntimeStateError(f"{op}: a capture is already running on this session")
         if st.active_timeline is not None:
-            raise RuntimeStateError(f"{op}: not inside s.timeline(); timing events are not "
-                                    "captured")
+            raise RuntimeStateError(
+                f"{op}: not inside s.timeline(); timing events are not captured"
+            )
         if st.ordering.pending:  # spans made before the capture: their order is not captured
             try:
                 st.ordering.flush(op)
@@ -179,8 +186,9 @@ class Capture:
             if isinstance(end_exc, KernelFault):
                 end_exc = st.record_fault(end_exc)
             elif end_exc.result_name == _INVALIDATED and LEGACY in st.ordering.in_order_with:
-                end_exc = BackendError(f"{end_exc}: {_INVALIDATED_WHY}", end_exc.result_name,
-                                       end_exc.result_code)
+                end_exc = BackendError(
+                    f"{end_exc}: {_INVALIDATED_WHY}", end_exc.result_name, end_exc.result_code
+                )
             if exc is not None:
                 exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
                 return
@@ -236,6 +244,7 @@ def capture(st: Any, update: Graph | None = None) -> Capture:
     `tenferro.graph` for what is refused during a capture.
     """
     if update is not None and (type(update) is not Graph or update.state is not st):
-        raise ValidationError(f"session.capture: update must be a Graph of this session, got "
-                              f"{type(update).__name__}")
+        raise ValidationError(
+            f"session.capture: update must be a Graph of this session, got {type(update).__name__}"
+        )
     return Capture(st, update)

@@ -19,8 +19,15 @@ from .signature import display_name
 
 __all__ = ["collect", "report", "session_facts", "session_html", "session_repr"]
 
-_PACKAGES = ("tenferro", "numba", "numba-cuda", "cuda-bindings", "cuda-core", "numpy",
-             "nvtx")  # nvtx: the profile extra, which s.range records through
+_PACKAGES = (
+    "tenferro",
+    "numba",
+    "numba-cuda",
+    "cuda-bindings",
+    "cuda-core",
+    "numpy",
+    "nvtx",
+)  # nvtx: the profile extra, which s.range records through
 
 
 def _version(package: str) -> str:
@@ -34,16 +41,22 @@ def _version(package: str) -> str:
 
 def _cache() -> dict[str, Any]:
     path = cache_dir()
-    entries = [p for p in path.glob("*.tfmod") if not p.name.startswith(".")] \
-        if path.is_dir() else []  # .tmp-*.tfmod: a write a process did not finish
-    return {"path": str(path), "entries": len(entries),
-            "bytes": sum(p.stat().st_size for p in entries)}
+    entries = (
+        [p for p in path.glob("*.tfmod") if not p.name.startswith(".")] if path.is_dir() else []
+    )  # .tmp-*.tfmod: a write a process did not finish
+    return {
+        "path": str(path),
+        "entries": len(entries),
+        "bytes": sum(p.stat().st_size for p in entries),
+    }
 
 
 def collect() -> dict[str, Any]:
     """The facts ``python -m tenferro info`` prints, as a dict of plain values."""
-    out: dict[str, Any] = {"python": platform.python_version(),
-                           "packages": {p: _version(p) for p in _PACKAGES}}
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "packages": {p: _version(p) for p in _PACKAGES},
+    }
     try:
         major, minor = _driver.nvrtc_version()
         out["nvrtc"] = f"{major}.{minor}"
@@ -58,8 +71,14 @@ def collect() -> dict[str, Any]:
         out["devices"] = []
         for ordinal in range(_driver.device_count()):
             name, (cc_major, cc_minor), total = _driver.device_summary(ordinal)
-            out["devices"].append({"ordinal": ordinal, "name": name,
-                                   "arch": f"sm_{cc_major}{cc_minor}", "memory_bytes": total})
+            out["devices"].append(
+                {
+                    "ordinal": ordinal,
+                    "name": name,
+                    "arch": f"sm_{cc_major}{cc_minor}",
+                    "memory_bytes": total,
+                }
+            )
     except TenferroError as exc:
         out["driver"] = None
         out["driver_missing"] = str(exc).removeprefix("tenferro info: ")
@@ -82,14 +101,21 @@ def report(facts: dict[str, Any] | None = None) -> str:
     lines = [f"python {f['python']}"]
     lines += [f"{name} {version}" for name, version in f["packages"].items()]
     lines.append(f"NVRTC {f['nvrtc']}" if f["nvrtc"] else f"NVRTC: {f['nvrtc_missing']}")
-    lines.append("CUDA headers: " + (", ".join(f["include_dirs"]) or "not found (a compile "
-                                     "that includes <cuda_fp16.h> and the like will fail)"))
+    lines.append(
+        "CUDA headers: "
+        + (
+            ", ".join(f["include_dirs"])
+            or "not found (a compile that includes <cuda_fp16.h> and the like will fail)"
+        )
+    )
     if f["driver"] is None:
         lines.append(f"driver: {f['driver_missing']}")
     else:
         lines.append(f"driver: CUDA {f['driver']}, {len(f['devices'])} device(s)")
-        lines += [f"  device {d['ordinal']}: {d['name']}, {d['arch']}, "
-                  f"{_size(d['memory_bytes'])}" for d in f["devices"]]
+        lines += [
+            f"  device {d['ordinal']}: {d['name']}, {d['arch']}, {_size(d['memory_bytes'])}"
+            for d in f["devices"]
+        ]
     c = f["cache"]
     lines.append(f"compile cache: {c['path']}, {c['entries']} entries, {_size(c['bytes'])}")
     return "\n".join(lines)
@@ -109,8 +135,12 @@ def session_facts(st: Any) -> dict[str, Any]:
         last = [display_name(n) for n in st.recent_launches]
     except RuntimeError:  # appended to by the session's thread while this one read it
         last = []
-    out: dict[str, Any] = {"device": st.device, "state": state, "launches": st.launch_count,
-                           "last_launches": last}
+    out: dict[str, Any] = {
+        "device": st.device,
+        "state": state,
+        "launches": st.launch_count,
+        "last_launches": last,
+    }
     try:
         name, (major, minor), _ = _driver.device_summary(st.device)
         out["name"], out["arch"] = name, f"sm_{major}{minor}"
@@ -135,8 +165,10 @@ def session_repr(st: Any) -> str:
         f = session_facts(st)
     except AttributeError:  # a Session whose __init__ refused its arguments
         return "Session(not made)"
-    parts = [f"device={f['device']}" + (f" {f['name']!r} {f['arch']}" if "name" in f else ""),
-             f["state"]]
+    parts = [
+        f"device={f['device']}" + (f" {f['name']!r} {f['arch']}" if "name" in f else ""),
+        f["state"],
+    ]
     if "stream" in f:
         parts.append(f"stream 0x{f['stream']:x}")
     if "memory" in f:
@@ -152,14 +184,23 @@ def session_html(st: Any) -> str:
         f = session_facts(st)
     except AttributeError:
         return "<b>tenferro Session</b> (not made)"
-    rows = [("device", f"{f['device']}" + (f": {f['name']} ({f['arch']})" if "name" in f else "")),
-            ("state", f["state"])]
+    rows = [
+        ("device", f"{f['device']}" + (f": {f['name']} ({f['arch']})" if "name" in f else "")),
+        ("state", f["state"]),
+    ]
     if "stream" in f:
         rows.append(("stream", f"0x{f['stream']:x}"))
     if "memory" in f:
         rows.append(("memory", _memory(f["memory"])))
-    rows.append(("launches", f"{f['launches']}; last: {', '.join(f['last_launches'])}"
-                 if f["launches"] else "none yet"))
-    cells = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>"
-                    for k, v in rows)
+    rows.append(
+        (
+            "launches",
+            f"{f['launches']}; last: {', '.join(f['last_launches'])}"
+            if f["launches"]
+            else "none yet",
+        )
+    )
+    cells = "".join(
+        f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows
+    )
     return f"<b>tenferro Session</b><table>{cells}</table>"

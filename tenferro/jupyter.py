@@ -22,8 +22,7 @@ from .errors import CompileError, ValidationError
 from .session import Session
 from .variables import by_c_name
 
-__all__ = ["CellCompileError", "CellLineError", "CudaCell", "load_ipython_extension",
-           "parse_line"]
+__all__ = ["CellCompileError", "CellLineError", "CudaCell", "load_ipython_extension", "parse_line"]
 
 _OP = "%%cuda"
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -82,8 +81,10 @@ def parse_line(line: str) -> CudaCell:
             options.append(f"-D{macro}")
         elif tok.startswith("-std="):
             if tok[5:] not in _STDS:
-                raise ValidationError(f"{_OP}: {tok} is not a standard NVRTC takes; one of "
-                                      f"{', '.join('-std=' + s for s in _STDS)}")
+                raise ValidationError(
+                    f"{_OP}: {tok} is not a standard NVRTC takes; one of "
+                    f"{', '.join('-std=' + s for s in _STDS)}"
+                )
             options.append(tok)
         elif tok in ("-e", "--expr"):
             exprs.append(_value(tokens, i, tok))
@@ -92,14 +93,15 @@ def parse_line(line: str) -> CudaCell:
             arch = _value(tokens, i, tok)
             i += 1
         elif tok.startswith("-"):
-            raise ValidationError(f"{_OP}: unknown option {tok!r}; the line takes a name, -s/"
-                                  "--session NAME, -D MACRO[=VALUE], -std=c++NN, -e/--expr "
-                                  "NAME_EXPRESSION and --arch sm_NN")
+            raise ValidationError(
+                f"{_OP}: unknown option {tok!r}; the line takes a name, -s/"
+                "--session NAME, -D MACRO[=VALUE], -std=c++NN, -e/--expr "
+                "NAME_EXPRESSION and --arch sm_NN"
+            )
         elif name is None:
             name = _identifier(tok, "the name to bind")
         else:
-            raise ValidationError(f"{_OP}: {tok!r} is a second name; the line binds one "
-                                  f"({name!r})")
+            raise ValidationError(f"{_OP}: {tok!r} is a second name; the line binds one ({name!r})")
         i += 1
     return CudaCell(name or CudaCell.name, session, tuple(options), tuple(exprs), arch)
 
@@ -123,12 +125,14 @@ def _session(ns: dict[str, Any], wanted: str | None) -> Session | None:
     """The session a cell compiles into: the one named, the only open one, or None."""
     if wanted is not None:
         if wanted not in ns:
-            raise ValidationError(f"{_OP}: --session {wanted}: the notebook has no variable "
-                                  f"{wanted!r}")
+            raise ValidationError(
+                f"{_OP}: --session {wanted}: the notebook has no variable {wanted!r}"
+            )
         s = ns[wanted]
         if not isinstance(s, Session):
-            raise ValidationError(f"{_OP}: --session {wanted}: {wanted!r} is a "
-                                  f"{type(s).__name__}, not a tf.Session")
+            raise ValidationError(
+                f"{_OP}: --session {wanted}: {wanted!r} is a {type(s).__name__}, not a tf.Session"
+            )
         if not s.is_open:
             raise ValidationError(f"{_OP}: --session {wanted}: that session is closed")
         return s
@@ -138,8 +142,10 @@ def _session(ns: dict[str, Any], wanted: str | None) -> Session | None:
             found.setdefault(id(value), (key, value))
     if len(found) > 1:
         names = sorted(k for k, _ in found.values())
-        raise ValidationError(f"{_OP}: the notebook has {len(found)} open sessions ({names}); "
-                              "name one with --session NAME")
+        raise ValidationError(
+            f"{_OP}: the notebook has {len(found)} open sessions ({names}); "
+            "name one with --session NAME"
+        )
     return next(iter(found.values()))[1] if found else None
 
 
@@ -153,8 +159,13 @@ def run_cell(shell: Any, line: str, cell: str) -> None:
     opts, exprs = list(spec.options), list(spec.name_expressions)
     try:
         if s is None:
-            result: Any = compile_cuda(cell, arch=spec.arch or "sm_90", options=opts,
-                                       name_expressions=exprs, name="cell.cu")
+            result: Any = compile_cuda(
+                cell,
+                arch=spec.arch or "sm_90",
+                options=opts,
+                name_expressions=exprs,
+                name="cell.cu",
+            )
         else:  # once per session and text: re-running the cell finds the loaded module
             key = ("tenferro.jupyter", cell, tuple(opts), tuple(exprs), spec.arch)
             result = s.resource(key, lambda ss: ss.compile(cell, opts, exprs, arch=spec.arch))
@@ -178,6 +189,7 @@ def run_cell(shell: Any, line: str, cell: str) -> None:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register ``%%cuda`` with an IPython shell (what ``%load_ext tenferro`` calls)."""
+
     def cuda(line: str, cell: str) -> None:
         run_cell(ipython, line, cell)
 

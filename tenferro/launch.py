@@ -28,20 +28,21 @@ def checked_function(st: Any, fn: Any, config: Any, args: list | tuple, op: str)
     """The Function to launch, with the session, fn, config and args checked."""
     st.check_use(op)
     if not isinstance(args, (list, tuple)):
-        raise ValidationError(f"{op}: args must be a list or tuple of kernel arguments, got "
-                              f"{type(args).__name__}")
+        raise ValidationError(
+            f"{op}: args must be a list or tuple of kernel arguments, got {type(args).__name__}"
+        )
     if type(fn) is not Function:
         if type(fn) is not NumbaKernel:
-            raise ValidationError(f"{op}: fn must be a Function of this session, got "
-                                  f"{type(fn).__name__}")
+            raise ValidationError(
+                f"{op}: fn must be a Function of this session, got {type(fn).__name__}"
+            )
         if fn.state is not st:
             raise ValidationError(f"{op}: fn is a NumbaKernel of another session")
         fn = fn.function_for(args, op)
     if fn.state is not st:
         raise ValidationError(f"{op}: fn is a Function of another session")
     if type(config) is not LaunchConfig:  # before the set lookup: a list would not hash
-        raise ValidationError(f"{op}: config must be a LaunchConfig, got "
-                              f"{type(config).__name__}")
+        raise ValidationError(f"{op}: config must be a LaunchConfig, got {type(config).__name__}")
     if config not in fn.checked_configs:
         check_launch(config, fn, op)
         fn.checked_configs.add(config)
@@ -61,8 +62,13 @@ def launch(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
     try:
         if fn.__class__ is NumbaKernel and fn.state is st:  # its Function, if compiled
             fn = fn.known_function(args) or fn
-        if fn.__class__ is not Function or fn.state is not st or \
-                config is not fn.last_config or not st.fast_path_ok or _get_ident() != st.thread:
+        if (
+            fn.__class__ is not Function
+            or fn.state is not st
+            or config is not fn.last_config
+            or not st.fast_path_ok
+            or _get_ident() != st.thread
+        ):
             launch_checked(st, fn, config, args)
             return
         param_block = fn.param_block
@@ -81,8 +87,10 @@ def launch(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
         raise st.record_fault(exc) from None
     except TypeError:  # no cost unless raised: args that are not a list or tuple
         if not isinstance(args, (list, tuple)):
-            raise ValidationError(f"session.launch: args must be a list or tuple of kernel "
-                                  f"arguments, got {type(args).__name__}") from None
+            raise ValidationError(
+                f"session.launch: args must be a list or tuple of kernel "
+                f"arguments, got {type(args).__name__}"
+            ) from None
         raise
 
 
@@ -136,17 +144,23 @@ class BoundLaunch:
         """The `tenferro.Session` this bound launch belongs to."""
         return self.state.session
 
-    def __init__(self, state: Any, fn: Any, config: LaunchConfig, args: list | tuple,
-                 op: str) -> None:
+    def __init__(
+        self, state: Any, fn: Any, config: LaunchConfig, args: list | tuple, op: str
+    ) -> None:
         self.state = state
         self.fn = fn
         self.config = config
         self._param_block = fn.param_block.fresh()
         self.args = list(args)
         self.spans = self._param_block.pack(self.args, state, op)
-        self._record = _driver.launch_record(fn.handle, config.dims, state.stream,
-                                             self._param_block.address, config.cluster,
-                                             config.cooperative)
+        self._record = _driver.launch_record(
+            fn.handle,
+            config.dims,
+            state.stream,
+            self._param_block.address,
+            config.cluster,
+            config.cooperative,
+        )
         self._record_address = self._record.address
         self._name = fn.name
         self._launch = _driver.launcher(config.extended)
@@ -183,10 +197,10 @@ class BoundLaunch:
         op = "bound_launch.update"
         st = self.state
         st.check_use(op)
-        if not isinstance(index, int) or isinstance(index, bool) or \
-                not 0 <= index < len(self.args):
-            raise ValidationError(f"{op}: {index=} is out of range for {len(self.args)} "
-                                  "argument(s)")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.args):
+            raise ValidationError(
+                f"{op}: {index=} is out of range for {len(self.args)} argument(s)"
+            )
         param_block = self._param_block
         saved = param_block.snapshot()
         try:

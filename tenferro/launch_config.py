@@ -57,8 +57,11 @@ def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
     given = value
     if isinstance(value, int):
         value = (value,)
-    if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if (
+        not isinstance(value, (tuple, list))
+        or not 1 <= len(value) <= 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         raise ValidationError(f"{op}: {name}={value!r} must be an int or a tuple of 1-3 ints")
     dims = tuple(value) + (1,) * (3 - len(value))
     if any(d < 1 for d in dims):
@@ -85,21 +88,42 @@ class LaunchConfig:
     negative shared memory, a grid that is not a whole number of clusters.
     """
 
-    __slots__ = ("_hash", "block", "cluster", "cluster_blocks", "cooperative", "dims",
-                 "extended", "grid", "shared_mem_bytes", "threads_per_block")
+    __slots__ = (
+        "_hash",
+        "block",
+        "cluster",
+        "cluster_blocks",
+        "cooperative",
+        "dims",
+        "extended",
+        "grid",
+        "shared_mem_bytes",
+        "threads_per_block",
+    )
 
-    def __new__(cls, grid: int | tuple[int, ...], block: int | tuple[int, ...],
-                shared_mem_bytes: int = 0, *, cluster: int | tuple[int, ...] | None = None,
-                cooperative: bool = False) -> LaunchConfig:
+    def __new__(
+        cls,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        shared_mem_bytes: int = 0,
+        *,
+        cluster: int | tuple[int, ...] | None = None,
+        cooperative: bool = False,
+    ) -> LaunchConfig:
         """A checked config; a plain one made before from the same ints is given back.
 
         Configs are immutable, so a launch that writes its config in the call (``s.launch(f,
         tf.LaunchConfig.flat(n), ...)``) passes its Function's last config again.
         """
         key = None
-        if cls is LaunchConfig and cluster is None and cooperative is False and \
-                shared_mem_bytes.__class__ is int and (grid.__class__ is int or _plain(grid)) \
-                and (block.__class__ is int or _plain(block)):
+        if (
+            cls is LaunchConfig
+            and cluster is None
+            and cooperative is False
+            and shared_mem_bytes.__class__ is int
+            and (grid.__class__ is int or _plain(grid))
+            and (block.__class__ is int or _plain(block))
+        ):
             key = (grid, block, shared_mem_bytes)
             config = _made.get(key)
             if config is not None:
@@ -112,41 +136,59 @@ class LaunchConfig:
             _made[key] = self
         return self
 
-    def _build(self, grid: Any, block: Any, shared_mem_bytes: Any, cluster: Any,
-               cooperative: Any) -> None:
+    def _build(
+        self, grid: Any, block: Any, shared_mem_bytes: Any, cluster: Any, cooperative: Any
+    ) -> None:
         op = "LaunchConfig"
         g = _dim3(grid, "grid", op)
         b = _dim3(block, "block", op)
         if g[0] > _MAX_GRID_X or g[1] > _MAX_GRID_YZ or g[2] > _MAX_GRID_YZ:
-            raise ValidationError(f"{op}: grid={g} exceeds the CUDA grid limits "
-                                  f"({_MAX_GRID_X}, {_MAX_GRID_YZ}, {_MAX_GRID_YZ})")
+            raise ValidationError(
+                f"{op}: grid={g} exceeds the CUDA grid limits "
+                f"({_MAX_GRID_X}, {_MAX_GRID_YZ}, {_MAX_GRID_YZ})"
+            )
         if any(d > m for d, m in zip(b, _MAX_BLOCK, strict=True)):
             raise ValidationError(f"{op}: block={b} exceeds the per-dimension limit {_MAX_BLOCK}")
         threads = b[0] * b[1] * b[2]
         if threads > 1024:
             raise ValidationError(f"{op}: block={b} has {threads} threads; at most 1024")
-        if not isinstance(shared_mem_bytes, int) or isinstance(shared_mem_bytes, bool) or \
-                not 0 <= shared_mem_bytes <= _MAX_SHARED_ARG:
-            raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int from 0 to "
-                                  f"{_MAX_SHARED_ARG} (the driver takes 32 bits)")
+        if (
+            not isinstance(shared_mem_bytes, int)
+            or isinstance(shared_mem_bytes, bool)
+            or not 0 <= shared_mem_bytes <= _MAX_SHARED_ARG
+        ):
+            raise ValidationError(
+                f"{op}: {shared_mem_bytes=} must be an int from 0 to "
+                f"{_MAX_SHARED_ARG} (the driver takes 32 bits)"
+            )
         c = None if cluster is None else _dim3(cluster, "cluster", op)
         if c is not None and any(gd % cd for gd, cd in zip(g, c, strict=True)):
-            raise ValidationError(f"{op}: grid={g} is not a whole number of clusters of "
-                                  f"cluster={c} in every dimension")
+            raise ValidationError(
+                f"{op}: grid={g} is not a whole number of clusters of "
+                f"cluster={c} in every dimension"
+            )
         if cooperative is not True and cooperative is not False:
             raise ValidationError(f"{op}: {cooperative=} must be True or False")
         dims = (*g, *b, shared_mem_bytes)  # as the launcher takes them
-        for name, value in (("grid", g), ("block", b), ("shared_mem_bytes", shared_mem_bytes),
-                            ("threads_per_block", threads), ("dims", dims), ("cluster", c),
-                            ("cluster_blocks", 0 if c is None else c[0] * c[1] * c[2]),
-                            ("cooperative", cooperative),
-                            ("extended", c is not None or cooperative),
-                            ("_hash", hash((dims, c, cooperative)))):
+        for name, value in (
+            ("grid", g),
+            ("block", b),
+            ("shared_mem_bytes", shared_mem_bytes),
+            ("threads_per_block", threads),
+            ("dims", dims),
+            ("cluster", c),
+            ("cluster_blocks", 0 if c is None else c[0] * c[1] * c[2]),
+            ("cooperative", cooperative),
+            ("extended", c is not None or cooperative),
+            ("_hash", hash((dims, c, cooperative))),
+        ):
             object.__setattr__(self, name, value)
 
     def __reduce__(self) -> tuple:
-        return (_config, (self.grid, self.block, self.shared_mem_bytes, self.cluster,
-                          self.cooperative))
+        return (
+            _config,
+            (self.grid, self.block, self.shared_mem_bytes, self.cluster, self.cooperative),
+        )
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("LaunchConfig is immutable")
@@ -164,8 +206,9 @@ class LaunchConfig:
         return cls((threads + block - 1) // block, block, shared_mem_bytes)
 
     @classmethod
-    def auto(cls, function: LaunchTarget, n: int,
-             shared_mem_bytes: int | Callable[[int], int] = 0) -> LaunchConfig:
+    def auto(
+        cls, function: LaunchTarget, n: int, shared_mem_bytes: int | Callable[[int], int] = 0
+    ) -> LaunchConfig:
         """A 1-D launch over ``n`` threads whose block size keeps the most threads resident.
 
         The candidates are the kernel's thread limit and the whole warps below it; the largest
@@ -179,8 +222,9 @@ class LaunchConfig:
         return choose_config(function, n, shared_mem_bytes, op)
 
     @classmethod
-    def resident(cls, function: LaunchTarget, block: int | tuple[int, ...],
-                 shared_mem_bytes: int = 0) -> LaunchConfig:
+    def resident(
+        cls, function: LaunchTarget, block: int | tuple[int, ...], shared_mem_bytes: int = 0
+    ) -> LaunchConfig:
         """A cooperative launch of as many blocks as run at once on the device (1-D grid).
 
         The grid a kernel that synchronizes the whole grid (``this_grid().sync()``, numba's
@@ -196,14 +240,20 @@ class LaunchConfig:
         except KernelFault as exc:
             raise function.state.record_fault(exc) from None
         if blocks < 1:
-            raise ValidationError(f"{op}: no block of block={probe.block} with "
-                                  f"shared_mem_bytes={shared_mem_bytes} of "
-                                  f"{display_name(function.name)!r} fits on this device")
+            raise ValidationError(
+                f"{op}: no block of block={probe.block} with "
+                f"shared_mem_bytes={shared_mem_bytes} of "
+                f"{display_name(function.name)!r} fits on this device"
+            )
         return cls(blocks, block, shared_mem_bytes, cooperative=True)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LaunchConfig) and self.dims == other.dims and \
-            self.cluster == other.cluster and self.cooperative == other.cooperative
+        return (
+            isinstance(other, LaunchConfig)
+            and self.dims == other.dims
+            and self.cluster == other.cluster
+            and self.cooperative == other.cooperative
+        )
 
     def __hash__(self) -> int:
         return self._hash
@@ -212,12 +262,16 @@ class LaunchConfig:
         extra = ""
         if self.cluster is not None:  # the grid counts blocks: say how many make the clusters
             blocks = self.grid[0] * self.grid[1] * self.grid[2]
-            extra = (f", cluster={self.cluster}; {blocks} blocks in "
-                     f"{blocks // self.cluster_blocks} clusters")
+            extra = (
+                f", cluster={self.cluster}; {blocks} blocks in "
+                f"{blocks // self.cluster_blocks} clusters"
+            )
         if self.cooperative:
             extra += ", cooperative=True"
-        return (f"LaunchConfig(grid={self.grid}, block={self.block}, "
-                f"shared_mem_bytes={self.shared_mem_bytes}{extra})")
+        return (
+            f"LaunchConfig(grid={self.grid}, block={self.block}, "
+            f"shared_mem_bytes={self.shared_mem_bytes}{extra})"
+        )
 
 
 def _check_function(function: Any, op: str) -> None:
@@ -226,8 +280,9 @@ def _check_function(function: Any, op: str) -> None:
     Asked of the object, not its class: `tenferro.module` sits above this module.
     """
     if not callable(getattr(function, "resident_blocks", None)):
-        raise ValidationError(f"{op}: function must be a Function of a module, got "
-                              f"{type(function).__name__}")
+        raise ValidationError(
+            f"{op}: function must be a Function of a module, got {type(function).__name__}"
+        )
 
 
 _KEPT_CONFIGS = 4096  # plain configs kept by their arguments (then it starts again)
@@ -240,8 +295,9 @@ def _plain(dims: Any) -> bool:
     return cls is int or (cls is tuple and all(d.__class__ is int for d in dims))
 
 
-def _config(grid: Any, block: Any, shared_mem_bytes: int, cluster: Any,
-            cooperative: bool) -> LaunchConfig:
+def _config(
+    grid: Any, block: Any, shared_mem_bytes: int, cluster: Any, cooperative: bool
+) -> LaunchConfig:
     """`LaunchConfig` from its fields, for pickle and copy."""
     return LaunchConfig(grid, block, shared_mem_bytes, cluster=cluster, cooperative=cooperative)
 
@@ -256,14 +312,16 @@ def check_against(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
         raise ValidationError(
             f"{op}: block={config.block} has {config.threads_per_block} threads but "
             f"{fn.name!r} allows at most {fn.max_threads_per_block} (its registers or "
-            f"__launch_bounds__)")
+            f"__launch_bounds__)"
+        )
     dyn = config.shared_mem_bytes
     if dyn > fn.dynamic_shared_limit:
         optin = fn.device_shared_optin - fn.static_shared_bytes
         if dyn > optin:
             raise ValidationError(
                 f"{op}: shared_mem_bytes={dyn} exceeds what {fn.name!r} can have on this device "
-                f"({optin} bytes dynamic beside {fn.static_shared_bytes} static)")
+                f"({optin} bytes dynamic beside {fn.static_shared_bytes} static)"
+            )
         fn.raise_dynamic_shared(dyn)
 
 
@@ -278,33 +336,43 @@ def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
     compiled = fn.compiled_cluster()
     if compiled is not None:
         if config.cluster is not None and config.cluster != compiled:
-            raise ValidationError(f"{op}: cluster={config.cluster} but {name!r} was compiled "
-                                  f"with __cluster_dims__{compiled}; give that cluster or none")
+            raise ValidationError(
+                f"{op}: cluster={config.cluster} but {name!r} was compiled "
+                f"with __cluster_dims__{compiled}; give that cluster or none"
+            )
         if any(g % c for g, c in zip(config.grid, compiled, strict=True)):
-            raise ValidationError(f"{op}: grid={config.grid} is not a whole number of the "
-                                  f"clusters {compiled} that {name!r} was compiled with")
+            raise ValidationError(
+                f"{op}: grid={config.grid} is not a whole number of the "
+                f"clusters {compiled} that {name!r} was compiled with"
+            )
     if fn.grid_sync and not config.cooperative:
-        raise ValidationError(f"{op}: {name!r} synchronizes the whole grid; launch it with "
-                              "LaunchConfig(..., cooperative=True) (LaunchConfig.resident "
-                              "gives the largest such grid)")
+        raise ValidationError(
+            f"{op}: {name!r} synchronizes the whole grid; launch it with "
+            "LaunchConfig(..., cooperative=True) (LaunchConfig.resident "
+            "gives the largest such grid)"
+        )
     if not config.extended:
         return
     ctx = fn.state.context
     if config.cluster is not None:
         if not ctx.attribute("CLUSTER_LAUNCH"):
             major, minor = ctx.compute_capability
-            raise ValidationError(f"{op}: cluster={config.cluster} needs thread-block clusters "
-                                  f"(sm_90 or later); this device is sm_{major}{minor}")
+            raise ValidationError(
+                f"{op}: cluster={config.cluster} needs thread-block clusters "
+                f"(sm_90 or later); this device is sm_{major}{minor}"
+            )
         if config.cluster_blocks > 16 or not fn.active_clusters(config, op):
             raise ValidationError(
                 f"{op}: clusters of {config.cluster_blocks} blocks of block={config.block} with "
                 f"shared_mem_bytes={config.shared_mem_bytes} cannot run {name!r} on this "
                 "device: a cluster's blocks must fit on one group of multiprocessors at once "
-                "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)")
+                "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)"
+            )
     if config.cooperative:
         if not ctx.attribute("COOPERATIVE_LAUNCH"):
-            raise ValidationError(f"{op}: cooperative=True: this device cannot launch "
-                                  "cooperatively")
+            raise ValidationError(
+                f"{op}: cooperative=True: this device cannot launch cooperatively"
+            )
         blocks = config.grid[0] * config.grid[1] * config.grid[2]
         most = fn.resident_blocks(config, op)
         if blocks > most:
@@ -312,23 +380,30 @@ def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
                 f"{op}: cooperative grid={config.grid} has {blocks} blocks but at most "
                 f"{most} of block={config.block} with shared_mem_bytes="
                 f"{config.shared_mem_bytes} run at once on this device; every block of a "
-                "cooperative launch must (LaunchConfig.resident gives the largest grid)")
+                "cooperative launch must (LaunchConfig.resident gives the largest grid)"
+            )
 
 
-def choose_config(fn: LaunchTarget, n: int, shared_mem_bytes: int | Callable[[int], int],
-                  op: str) -> LaunchConfig:
+def choose_config(
+    fn: LaunchTarget, n: int, shared_mem_bytes: int | Callable[[int], int], op: str
+) -> LaunchConfig:
     """`LaunchConfig.auto` for ``fn``: what `check_against` reads, and ``fn.occupancy``."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValidationError(f"{op}: {n=} must be an int >= 1")
     if callable(shared_mem_bytes):
         smem_for = shared_mem_bytes
-    elif isinstance(shared_mem_bytes, int) and not isinstance(shared_mem_bytes, bool) and \
-            shared_mem_bytes >= 0:
+    elif (
+        isinstance(shared_mem_bytes, int)
+        and not isinstance(shared_mem_bytes, bool)
+        and shared_mem_bytes >= 0
+    ):
+
         def smem_for(block: int) -> int:
             return shared_mem_bytes
     else:
-        raise ValidationError(f"{op}: {shared_mem_bytes=} must be an int >= 0 or a function of "
-                              "the block size")
+        raise ValidationError(
+            f"{op}: {shared_mem_bytes=} must be an int >= 0 or a function of the block size"
+        )
     most_threads = fn.max_threads_per_block
     most_shared = fn.device_shared_optin - fn.static_shared_bytes
     best, best_resident, too_big = None, 0, None
@@ -336,8 +411,9 @@ def choose_config(fn: LaunchTarget, n: int, shared_mem_bytes: int | Callable[[in
         block = min(most_threads, whole_warps)
         smem = smem_for(block)
         if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
-            raise ValidationError(f"{op}: shared_mem_bytes({block}) returned {smem!r}; it must "
-                                  "be an int >= 0")
+            raise ValidationError(
+                f"{op}: shared_mem_bytes({block}) returned {smem!r}; it must be an int >= 0"
+            )
         if smem > most_shared:
             too_big = too_big or (block, smem)
             continue
@@ -345,13 +421,19 @@ def choose_config(fn: LaunchTarget, n: int, shared_mem_bytes: int | Callable[[in
         if resident > best_resident:
             best, best_resident = (block, smem), resident
     if best is None:
-        detail = (f": shared_mem_bytes({too_big[0]}) = {too_big[1]} exceeds the {most_shared} "
-                  f"bytes it can have" if too_big else "")
-        raise ValidationError(f"{op}: no block size lets {display_name(fn.name)!r} run on this "
-                              f"device{detail}")
+        detail = (
+            f": shared_mem_bytes({too_big[0]}) = {too_big[1]} exceeds the {most_shared} "
+            f"bytes it can have"
+            if too_big
+            else ""
+        )
+        raise ValidationError(
+            f"{op}: no block size lets {display_name(fn.name)!r} run on this device{detail}"
+        )
     block, smem = best
     grid = -(-n // block)
     if grid > _MAX_GRID_X:
-        raise ValidationError(f"{op}: {n=} needs {grid} blocks of {block}; the grid holds at "
-                              f"most {_MAX_GRID_X}")
+        raise ValidationError(
+            f"{op}: {n=} needs {grid} blocks of {block}; the grid holds at most {_MAX_GRID_X}"
+        )
     return LaunchConfig(grid, block, smem)

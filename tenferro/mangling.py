@@ -14,14 +14,35 @@ from dataclasses import dataclass
 __all__ = ["CType", "Demangled", "demangle"]
 
 _BUILTIN = {
-    "v": "void", "w": "wchar_t", "b": "bool", "c": "char", "a": "signed char",
-    "h": "unsigned char", "s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int",
-    "l": "long", "m": "unsigned long", "x": "long long", "y": "unsigned long long",
-    "n": "__int128", "o": "unsigned __int128", "f": "float", "d": "double",
-    "e": "long double", "g": "__float128", "z": "...",
+    "v": "void",
+    "w": "wchar_t",
+    "b": "bool",
+    "c": "char",
+    "a": "signed char",
+    "h": "unsigned char",
+    "s": "short",
+    "t": "unsigned short",
+    "i": "int",
+    "j": "unsigned int",
+    "l": "long",
+    "m": "unsigned long",
+    "x": "long long",
+    "y": "unsigned long long",
+    "n": "__int128",
+    "o": "unsigned __int128",
+    "f": "float",
+    "d": "double",
+    "e": "long double",
+    "g": "__float128",
+    "z": "...",
 }
-_BUILTIN_D = {"Dh": "half", "Di": "char32_t", "Ds": "char16_t", "Du": "char8_t",
-              "Dn": "decltype(nullptr)"}
+_BUILTIN_D = {
+    "Dh": "half",
+    "Di": "char32_t",
+    "Ds": "char16_t",
+    "Du": "char8_t",
+    "Dn": "decltype(nullptr)",
+}
 
 
 @dataclass(frozen=True)
@@ -112,7 +133,7 @@ class _Reader:
         return ValueError(f"cannot demangle {self.s!r} at offset {self.i}: {what}")
 
     def peek(self, n: int = 1) -> str:
-        return self.s[self.i:self.i + n]
+        return self.s[self.i : self.i + n]
 
     def take(self, token: str) -> bool:
         if self.s.startswith(token, self.i):
@@ -126,11 +147,11 @@ class _Reader:
             self.i += 1
         if start == self.i:
             raise self.fail("a length was expected")
-        return int(self.s[start:self.i])
+        return int(self.s[start : self.i])
 
     def source_name(self) -> str:
         n = self.number()
-        name = self.s[self.i:self.i + n]
+        name = self.s[self.i : self.i + n]
         if len(name) != n:
             raise self.fail("a name runs past the end")
         self.i += n
@@ -143,7 +164,7 @@ class _Reader:
         start = self.i
         while self.i < len(self.s) and self.s[self.i] != "_":
             self.i += 1
-        digits = self.s[start:self.i]
+        digits = self.s[start : self.i]
         if not self.take("_") or not digits:
             raise self.fail(f"a {close} index was expected")
         base = 36 if close == "substitution" else 10
@@ -169,11 +190,15 @@ class _Reader:
                 start = self.i
                 while self.i < len(self.s) and self.s[self.i] != "E":
                     self.i += 1
-                value = self.s[start:self.i].replace("n", "-", 1)
+                value = self.s[start : self.i].replace("n", "-", 1)
                 if not self.take("E"):
                     raise self.fail("an unterminated literal")
-                out.append(CType("value", value if t.name != "bool" else
-                                 ("true" if value == "1" else "false")))
+                out.append(
+                    CType(
+                        "value",
+                        value if t.name != "bool" else ("true" if value == "1" else "false"),
+                    )
+                )
             else:
                 out.append(self.type())
             if self.i >= len(self.s):

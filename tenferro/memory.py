@@ -22,8 +22,19 @@ from .spans import ADDRESS_END as _ADDRESS_END
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
 from .tensor import Tensor
 
-__all__ = ["alloc_bytes", "alloc_output", "alloc_zeros", "copy", "copy_peer", "download",
-           "memory_stats", "memset", "new_tensor", "trim_memory", "upload"]
+__all__ = [
+    "alloc_bytes",
+    "alloc_output",
+    "alloc_zeros",
+    "copy",
+    "copy_peer",
+    "download",
+    "memory_stats",
+    "memset",
+    "new_tensor",
+    "trim_memory",
+    "upload",
+]
 
 
 def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
@@ -39,8 +50,9 @@ def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
         shape = tuple(shape)
     except TypeError:
         raise ValidationError(f"{op}: {shape=} must be an int or a tuple of ints") from None
-    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
-               for d in shape):
+    if not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
         raise ValidationError(f"{op}: {shape=} must be a tuple of ints >= 0")
     return tuple(int(d) for d in shape)
 
@@ -48,8 +60,7 @@ def _shape_arg(shape: Any, op: str) -> tuple[int, ...]:
 def new_tensor(st: Any, shape: Any, dtype: Any, op: str) -> Tensor:
     """A new Tensor of the session of ``st``, checked and counted for the byte fences."""
     st.check_use(op)
-    st.refuse_in_capture(op, "the memory would belong to the graph; allocate before the "
-                         "capture")
+    st.refuse_in_capture(op, "the memory would belong to the graph; allocate before the capture")
     t = Tensor.allocate(st, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
     st.liveness.allocated_bytes(t.nbytes)  # past FENCE_BYTES, passed owners go
     return t
@@ -102,8 +113,7 @@ def upload(st: Any, array: np.ndarray) -> Tensor:
     """Copy a host array into a new Tensor of the same dtype and shape (stream-ordered)."""
     op = "session.upload"
     if not isinstance(array, np.ndarray):
-        raise ValidationError(f"{op}: array must be a numpy.ndarray, got "
-                              f"{type(array).__name__}")
+        raise ValidationError(f"{op}: array must be a numpy.ndarray, got {type(array).__name__}")
     host = np.ascontiguousarray(array).reshape(array.shape)  # 0-d stays 0-d
     st.refuse_in_capture(op, "host copies cannot be captured; upload before the capture")
     t = new_tensor(st, host.shape, host.dtype, op)
@@ -133,8 +143,9 @@ def download(st: Any, x: Any) -> np.ndarray:
     st.synchronize(op)
     if span.is_c_contiguous:
         return raw.view(np_dtype).reshape(span.shape)
-    view = np.ndarray(span.shape, dtype=np_dtype, buffer=raw, offset=span.ptr - span.lo,
-                      strides=span.strides)
+    view = np.ndarray(
+        span.shape, dtype=np_dtype, buffer=raw, offset=span.ptr - span.lo, strides=span.strides
+    )
     return np.ascontiguousarray(view)
 
 
@@ -151,8 +162,7 @@ def copy(st: Any, dst: Any, src: Any) -> None:
         raise ValidationError(f"{op}: dst has {d.nbytes} bytes, src has {r.nbytes}")
     untyped = isinstance(dst, DeviceBytes) or isinstance(src, DeviceBytes)
     if not untyped and d.scalar_type is not r.scalar_type:
-        raise ValidationError(f"{op}: dst is {d.scalar_type.name}, src is "
-                              f"{r.scalar_type.name}")
+        raise ValidationError(f"{op}: dst is {d.scalar_type.name}, src is {r.scalar_type.name}")
     if overlaps(d, r):
         raise ValidationError(f"{op}: dst and src overlap in memory")
     if d.nbytes:
@@ -168,8 +178,7 @@ def memset(st: Any, dst: Any, value: int = 0) -> None:
     ``value=0xFF`` sets every bit.
     """
     op = "session.memset"
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
-            not 0 <= value <= 255:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= 255:
         raise ValidationError(f"{op}: {value=} must be a byte value, an int from 0 to 255")
     d = import_span(st, dst, TensorMut, None, False, f"{op}: dst")
     if d.nbytes:
@@ -190,18 +199,18 @@ def copy_peer(st: Any, dst: Any, src: Any) -> None:
     op = "session.copy_peer"
     d = import_span(st, dst, TensorMut, None, False, f"{op}: dst")
     if isinstance(src, Tensor):
-        other, ptr, nbytes, t, owner = src.state, src.ptr, src.nbytes, \
-            src.scalar_type, src
+        other, ptr, nbytes, t, owner = src.state, src.ptr, src.nbytes, src.scalar_type, src
         ctx = src.context
     elif isinstance(src, Span) and src.state is not st:
-        other, ptr, nbytes, t, owner = src.state, src.ptr, src.nbytes, src.scalar_type, \
-            src.owner
+        other, ptr, nbytes, t, owner = src.state, src.ptr, src.nbytes, src.scalar_type, src.owner
         ctx = other.context
         if not src.is_c_contiguous:
             raise ValidationError(f"{op}: src has non-compact strides={src.strides}")
     else:
-        raise ValidationError(f"{op}: src must be a tf.Tensor or a span of another session, "
-                              f"got {type(src).__name__}; use s.copy within one session")
+        raise ValidationError(
+            f"{op}: src must be a tf.Tensor or a span of another session, "
+            f"got {type(src).__name__}; use s.copy within one session"
+        )
     if other is st:
         raise ValidationError(f"{op}: src belongs to this session; use s.copy")
     if d.nbytes != nbytes:
@@ -227,6 +236,5 @@ def copy_peer(st: Any, dst: Any, src: Any) -> None:
     if ctx.ordinal != st.device:
         _driver.enable_peer_access(st.context, ctx, op)
     if nbytes:
-        _driver.memcpy_peer_async(d.ptr, st.context.handle, ptr, ctx.handle, nbytes,
-                                  st.stream, op)
+        _driver.memcpy_peer_async(d.ptr, st.context.handle, ptr, ctx.handle, nbytes, st.stream, op)
     st.liveness.hold((d, owner))

@@ -55,10 +55,17 @@ class Module:
         """The `tenferro.Session` this module belongs to."""
         return self.state.session
 
-    def __init__(self, state: Any, image: bytes, kind: str,
-                 signatures: dict[str, Signature], lowered_names: dict[str, str] | None = None,
-                 op: str = "session.load_module", compile_log: str = "",
-                 variables: dict[str, Variable] | None = None) -> None:
+    def __init__(
+        self,
+        state: Any,
+        image: bytes,
+        kind: str,
+        signatures: dict[str, Signature],
+        lowered_names: dict[str, str] | None = None,
+        op: str = "session.load_module",
+        compile_log: str = "",
+        variables: dict[str, Variable] | None = None,
+    ) -> None:
         self.state = state
         self.compile_log = compile_log
         self.variables = variables or {}
@@ -77,7 +84,9 @@ class Module:
                     f"{op}: the PTX is ISA version {ver}, newer than this driver "
                     f"(CUDA {dv // 1000}.{dv % 1000 // 10}) can load; compile to CUBIN for the "
                     f"device (the default of s.compile) or lower the PTX .version",
-                    exc.result_name, exc.result_code) from None
+                    exc.result_name,
+                    exc.result_code,
+                ) from None
             raise
 
     def _names(self) -> list[str]:
@@ -141,8 +150,10 @@ class Module:
         if entry is not None:
             handle = _driver.module_get_function(self.handle, entry)
         if handle is None:
-            raise ValidationError(f"{op}: no kernel named {name!r} in this module; it has "
-                                  f"{[display_name(e) for e in self._names()]}")
+            raise ValidationError(
+                f"{op}: no kernel named {name!r} in this module; it has "
+                f"{[display_name(e) for e in self._names()]}"
+            )
         sig = self.signatures.get(entry)
         if sig is None:
             sig = from_driver_layout(entry, _driver.func_param_layout(handle))
@@ -153,8 +164,10 @@ class Module:
 
     def __repr__(self) -> str:
         kernels = "; ".join(self.signatures[e].declaration() for e in sorted(self.signatures))
-        return (f"Module({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
-                f"{listed(self.variables)})")
+        return (
+            f"Module({self._what()}; {len(self.signatures)} kernel(s): {kernels}"
+            f"{listed(self.variables)})"
+        )
 
     def _repr_html_(self) -> str:
         return kernels_html(f"Module: {self._what()}", self.signatures)
@@ -182,11 +195,15 @@ class KernelAttributes:
     binary_version: int
 
 
-_KERNEL_ATTRIBUTES = {"registers": "NUM_REGS", "local_bytes": "LOCAL_SIZE_BYTES",
-                      "static_shared_bytes": "SHARED_SIZE_BYTES",
-                      "const_bytes": "CONST_SIZE_BYTES",
-                      "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
-                      "ptx_version": "PTX_VERSION", "binary_version": "BINARY_VERSION"}
+_KERNEL_ATTRIBUTES = {
+    "registers": "NUM_REGS",
+    "local_bytes": "LOCAL_SIZE_BYTES",
+    "static_shared_bytes": "SHARED_SIZE_BYTES",
+    "const_bytes": "CONST_SIZE_BYTES",
+    "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
+    "ptx_version": "PTX_VERSION",
+    "binary_version": "BINARY_VERSION",
+}
 
 
 @dataclass(frozen=True)
@@ -240,8 +257,16 @@ class Function:
         """The `tenferro.Session` this function belongs to."""
         return self.state.session
 
-    def __init__(self, module: Any, name: str, handle: int, sig: Signature,
-                 param_block: Any = None, *, grid_sync: bool = False) -> None:
+    def __init__(
+        self,
+        module: Any,
+        name: str,
+        handle: int,
+        sig: Signature,
+        param_block: Any = None,
+        *,
+        grid_sync: bool = False,
+    ) -> None:
         from .args import ParamBlock  # args sits above signature; imported once here
 
         self.module = module
@@ -253,8 +278,7 @@ class Function:
         self.max_threads_per_block = _driver.func_attribute(handle, "MAX_THREADS_PER_BLOCK")
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
         self.dynamic_shared_limit = DEFAULT_SHARED_LIMIT - self.static_shared_bytes
-        self.device_shared_optin = self.state.context.attribute(
-            "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+        self.device_shared_optin = self.state.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self.checked_configs: set = set()
         # The launcher's record for the last config checked (handle, grid, block, shared
         # memory, stream, parameter block) and its address, rebuilt when the config changes.
@@ -277,9 +301,14 @@ class Function:
         A config equal to the record's (made anew with the same values) keeps the record.
         """
         if config != self.record_config:
-            self.record = _driver.launch_record(self.handle, config.dims, stream,
-                                                self.param_block.address, config.cluster,
-                                                config.cooperative)
+            self.record = _driver.launch_record(
+                self.handle,
+                config.dims,
+                stream,
+                self.param_block.address,
+                config.cluster,
+                config.cooperative,
+            )
             self.record_address = self.record.address
         self.record_config = config
         self.last_config = _NO_CONFIG if config.extended else config
@@ -289,15 +318,18 @@ class Function:
         if self._compiled_cluster is _UNREAD:
             dims = None
             if self.state.context.compute_capability >= (9, 0):  # no clusters before sm_90
-                dims = tuple(_driver.func_attribute(self.handle, "REQUIRED_CLUSTER_" + d)
-                             for d in ("WIDTH", "HEIGHT", "DEPTH"))
+                dims = tuple(
+                    _driver.func_attribute(self.handle, "REQUIRED_CLUSTER_" + d)
+                    for d in ("WIDTH", "HEIGHT", "DEPTH")
+                )
             self._compiled_cluster = dims if dims and dims[0] else None
         return self._compiled_cluster
 
     def resident_blocks(self, config: Any, op: str) -> int:
         """Blocks of ``config``'s shape that run at once on the whole device (checked config)."""
-        per_sm = _driver.occupancy_blocks(self.handle, config.threads_per_block,
-                                          config.shared_mem_bytes, op)
+        per_sm = _driver.occupancy_blocks(
+            self.handle, config.threads_per_block, config.shared_mem_bytes, op
+        )
         return per_sm * self.state.context.attribute("MULTIPROCESSOR_COUNT")
 
     def active_clusters(self, config: Any, op: str) -> int:
@@ -308,8 +340,9 @@ class Function:
         """
         if config.cluster_blocks > 8:
             _driver.func_set_attribute(self.handle, "NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1, op)
-        return _driver.max_active_clusters(self.handle, config.dims, config.cluster,
-                                           self.state.stream, op)
+        return _driver.max_active_clusters(
+            self.handle, config.dims, config.cluster, self.state.stream, op
+        )
 
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""
@@ -321,8 +354,12 @@ class Function:
         """Registers, local, shared and constant bytes, thread limit and versions (the driver's)."""
         self.state.check_use("function.attributes")
         try:
-            return KernelAttributes(**{field_name: _driver.func_attribute(self.handle, attr)
-                                       for field_name, attr in _KERNEL_ATTRIBUTES.items()})
+            return KernelAttributes(
+                **{
+                    field_name: _driver.func_attribute(self.handle, attr)
+                    for field_name, attr in _KERNEL_ATTRIBUTES.items()
+                }
+            )
         except KernelFault as exc:
             raise self.state.record_fault(exc) from None
 
@@ -341,23 +378,31 @@ class Function:
             raise ValidationError(f"{op}: {str(exc).removeprefix('LaunchConfig: ')}") from None
         try:
             check_against(config, self, op)
-            blocks = _driver.occupancy_blocks(self.handle, config.threads_per_block,
-                                              config.shared_mem_bytes, op)
+            blocks = _driver.occupancy_blocks(
+                self.handle, config.threads_per_block, config.shared_mem_bytes, op
+            )
         except KernelFault as exc:
             raise self.state.record_fault(exc) from None
-        return Occupancy(blocks, config.threads_per_block,
-                         self.state.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"))
+        return Occupancy(
+            blocks,
+            config.threads_per_block,
+            self.state.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"),
+        )
 
     def __repr__(self) -> str:
         return f"Function({self.signature.declaration()})"
 
 
-
 # --- loading into a session, which the session delegates to; it unloads them at its end ------
 
 
-def compile_module(st: Any, source: str | os.PathLike[str], options: Any = None,
-                   name_expressions: Any = None, arch: str | None = None) -> Module:
+def compile_module(
+    st: Any,
+    source: str | os.PathLike[str],
+    options: Any = None,
+    name_expressions: Any = None,
+    arch: str | None = None,
+) -> Module:
     """Compile CUDA C to CUBIN for this device's architecture (disk-cached) and load it.
 
     ``source`` is CUDA C text or a kernel file's `pathlib.Path` (see `compile_cuda`).
@@ -373,13 +418,28 @@ def compile_module(st: Any, source: str | os.PathLike[str], options: Any = None,
     if arch is None:
         arch = own
     elif arch not in (own, own + "a", own + "f"):
-        raise ValidationError(f"{op}: {arch=} is not this device's architecture ({own}, "
-                              f"{own}a or {own}f)")
-    r = compile_cuda(source, arch=arch, options=options,
-                     name_expressions=name_expressions,
-                     _driver_version=_driver.driver_version())
-    return st.add_module(Module(st, r.image, "cubin", r.signatures, r.lowered_names, op,
-                               compile_log=r.log, variables=r.variables))
+        raise ValidationError(
+            f"{op}: {arch=} is not this device's architecture ({own}, {own}a or {own}f)"
+        )
+    r = compile_cuda(
+        source,
+        arch=arch,
+        options=options,
+        name_expressions=name_expressions,
+        _driver_version=_driver.driver_version(),
+    )
+    return st.add_module(
+        Module(
+            st,
+            r.image,
+            "cubin",
+            r.signatures,
+            r.lowered_names,
+            op,
+            compile_log=r.log,
+            variables=r.variables,
+        )
+    )
 
 
 def load_ptx_module(st: Any, text: str | bytes) -> Module:
@@ -390,22 +450,24 @@ def load_ptx_module(st: Any, text: str | bytes) -> Module:
         try:
             text = bytes(text).decode()
         except UnicodeDecodeError as exc:
-            raise ValidationError(f"{op}: text is not UTF-8 at byte {exc.start}; PTX is "
-                                  "ASCII text") from None
+            raise ValidationError(
+                f"{op}: text is not UTF-8 at byte {exc.start}; PTX is ASCII text"
+            ) from None
     if not isinstance(text, str):
         raise ValidationError(f"{op}: text must be str or bytes, got {type(text).__name__}")
     text = text.rstrip("\0")  # a C string's terminator is fine; an inner NUL is not
     if "\0" in text:
-        raise ValidationError(f"{op}: text has a NUL character at offset {text.find(chr(0))}; "
-                              "the driver would load only what comes before it")
+        raise ValidationError(
+            f"{op}: text has a NUL character at offset {text.find(chr(0))}; "
+            "the driver would load only what comes before it"
+        )
     try:
         text.encode()
     except UnicodeEncodeError as exc:
         raise ValidationError(f"{op}: text cannot be encoded at offset {exc.start}") from None
     sigs = parse_ptx(text, op)
     image = text.encode() + b"\0"
-    return st.add_module(Module(st, image, "ptx", sigs, None, op,
-                               variables=ptx_variables(text)))
+    return st.add_module(Module(st, image, "ptx", sigs, None, op, variables=ptx_variables(text)))
 
 
 def load_cubin_module(st: Any, image: bytes) -> Module:

@@ -68,26 +68,37 @@ def numba_layout(argtypes: tuple, name: str, op: str) -> tuple[list[tuple], Sign
         if isinstance(ty, types.Array):
             t = scalar_type_of(ty.dtype, f"{op}: argument {i}")
             specs.append((_ARRAY, t, ty.ndim, ty.layout, len(params)))
-            params.extend(Param(INT, 8, 8, dtypes.by_name("i64"), f"{i}.{f}")
-                          for f in _array_fields(ty.ndim))
+            params.extend(
+                Param(INT, 8, 8, dtypes.by_name("i64"), f"{i}.{f}") for f in _array_fields(ty.ndim)
+            )
         elif isinstance(ty, (types.Integer, types.Float, types.Boolean, types.Complex)):
             t = scalar_type_of(ty, f"{op}: argument {i}")
             specs.append((_SCALAR_ARG, t, 0, "", len(params)))
             if t.kind == "complex":
                 half = t.itemsize // 2
-                params.extend(Param(OPAQUE, half, half, None, f"{i}.{part}")
-                              for part in ("real", "imag"))
+                params.extend(
+                    Param(OPAQUE, half, half, None, f"{i}.{part}") for part in ("real", "imag")
+                )
             else:
                 params.append(Param(OPAQUE, t.itemsize, t.itemsize, t, str(i)))
         else:
-            raise ValidationError(f"{op}: argument {i} of {name!r} has numba type {ty}; "
-                                  "tenferro packs arrays and scalars only")
+            raise ValidationError(
+                f"{op}: argument {i} of {name!r} has numba type {ty}; "
+                "tenferro packs arrays and scalars only"
+            )
     return specs, Signature(name, tuple(params), "numba")
 
 
 def _array_fields(ndim: int) -> list[str]:
-    return ["meminfo", "parent", "nitems", "itemsize", "data",
-            *(f"shape{d}" for d in range(ndim)), *(f"stride{d}" for d in range(ndim))]
+    return [
+        "meminfo",
+        "parent",
+        "nitems",
+        "itemsize",
+        "data",
+        *(f"shape{d}" for d in range(ndim)),
+        *(f"stride{d}" for d in range(ndim)),
+    ]
 
 
 def written_arrays(type_annotation: Any, nargs: int) -> set[int]:
@@ -100,8 +111,11 @@ def written_arrays(type_annotation: Any, nargs: int) -> set[int]:
     alias: dict[str, int] = {}
     for blk in blocks.values():
         for st in blk.body:
-            if isinstance(st, ir.Assign) and isinstance(st.value, ir.Arg) and \
-                    st.value.index < nargs:
+            if (
+                isinstance(st, ir.Assign)
+                and isinstance(st.value, ir.Arg)
+                and st.value.index < nargs
+            ):
                 alias[st.target.name] = st.value.index
     changed = True
     while changed:  # views of views: follow until nothing new
@@ -121,8 +135,12 @@ def written_arrays(type_annotation: Any, nargs: int) -> set[int]:
         for st in blk.body:
             if isinstance(st, (ir.SetItem, ir.StaticSetItem)) and st.target.name in alias:
                 writes.add(alias[st.target.name])
-            elif isinstance(st, ir.Assign) and isinstance(st.value, ir.Expr) and \
-                    st.value.op == "call" and st.value.args:
+            elif (
+                isinstance(st, ir.Assign)
+                and isinstance(st.value, ir.Expr)
+                and st.value.op == "call"
+                and st.value.args
+            ):
                 fty = str(typemap.get(st.value.func.name, ""))
                 first = st.value.args[0]
                 if "stubs.atomic" in fty and first.name in alias:
@@ -156,8 +174,16 @@ class NumbaParamBlock(ParamBlockBase):
     scalars are written and nothing else runs.
     """
 
-    __slots__ = ("_last_arrays", "_quick_pack", "name", "scalar_places", "specs", "structs",
-                 "takes_quickly", "writes")
+    __slots__ = (
+        "_last_arrays",
+        "_quick_pack",
+        "name",
+        "scalar_places",
+        "specs",
+        "structs",
+        "takes_quickly",
+        "writes",
+    )
     what = "numba kernel"
 
     def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
@@ -166,16 +192,23 @@ class NumbaParamBlock(ParamBlockBase):
         self.specs = specs
         self.writes = frozenset(writes)
         self.nparams = len(specs)
-        self.structs = tuple(struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None
-                             for s in specs)
+        self.structs = tuple(
+            struct.Struct(f"<{5 + 2 * s[2]}q") if s[0] == _ARRAY else None for s in specs
+        )
         # Per argument: (the numpy scalar class whose own bytes are its packing, a one-element
         # numpy array of that type over its bytes) for a scalar, None for an array or a type
         # numpy has no scalar class for. Assigning a scalar of the array's type copies its bits.
         places = []
         for kind, t, _, _, first in specs:
             c = None if kind == _ARRAY else dtypes.numpy_scalar_class(t)
-            places.append(None if c is None else (c, np.frombuffer(
-                self._buf, dtype=t.numpy, count=1, offset=self.offsets[first])))
+            places.append(
+                None
+                if c is None
+                else (
+                    c,
+                    np.frombuffer(self._buf, dtype=t.numpy, count=1, offset=self.offsets[first]),
+                )
+            )
         self.scalar_places = tuple(places)
         self._last_arrays = [_UNSET] * sum(sp[0] == _ARRAY for sp in specs)
         self.takes_quickly, self._quick_pack = self._straight_line_checks()
@@ -204,26 +237,35 @@ class NumbaParamBlock(ParamBlockBase):
                 writes.append(f"        V{i}[0] = a{i}")
         unpack = f"    {', '.join(names)}, = args" if names else "    pass"
         test = " and ".join(tests) or "True"
-        doc = ('    """Generated for one signature by tenferro.numba_kernels.NumbaParamBlock.'
-               '_straight_line_checks (its source is built there)."""')
-        lines = ["def takes_quickly(args):",
-                 doc,
-                 f"    if len(args) != {self.nparams}:",
-                 "        return False",
-                 unpack,
-                 f"    return {test}",
-                 "def quick_pack(args):",
-                 doc,
-                 f"    if len(args) != {self.nparams}:",
-                 "        return False",
-                 unpack,
-                 f"    if {test}:",
-                 *writes,
-                 "        return True",
-                 "    return False"]
-        exec(compile("\n".join(lines),
-                     "<tenferro.numba_kernels.NumbaParamBlock._straight_line_checks>", "exec"),
-             consts)
+        doc = (
+            '    """Generated for one signature by tenferro.numba_kernels.NumbaParamBlock.'
+            '_straight_line_checks (its source is built there)."""'
+        )
+        lines = [
+            "def takes_quickly(args):",
+            doc,
+            f"    if len(args) != {self.nparams}:",
+            "        return False",
+            unpack,
+            f"    return {test}",
+            "def quick_pack(args):",
+            doc,
+            f"    if len(args) != {self.nparams}:",
+            "        return False",
+            unpack,
+            f"    if {test}:",
+            *writes,
+            "        return True",
+            "    return False",
+        ]
+        exec(
+            compile(
+                "\n".join(lines),
+                "<tenferro.numba_kernels.NumbaParamBlock._straight_line_checks>",
+                "exec",
+            ),
+            consts,
+        )
         return consts["takes_quickly"], consts["quick_pack"]
 
     def pack(self, args: list | tuple, state: Any, op: str) -> list:
@@ -260,31 +302,35 @@ class NumbaParamBlock(ParamBlockBase):
                 place[1][0] = a
             else:
                 data = _scalar_bytes(a, t, op, i, self.name)
-                self._mv[off:off + len(data)] = data
+                self._mv[off : off + len(data)] = data
             return None
         cls = type(a)
         if cls not in _SPAN_TYPES:
             raise ValidationError(
                 f"{op}: args[{i}] of {self.name!r} is an array ({t.name}, {ndim}-d); "
-                f"got {type(a).__name__}, expected s.tensor(x) or s.tensor_mut(x)")
+                f"got {type(a).__name__}, expected s.tensor(x) or s.tensor_mut(x)"
+            )
         if a.state is not state:
             raise ValidationError(f"{op}: args[{i}] is a {cls.__name__} of another session")
         if a.scalar_type is not t or len(a.shape) != ndim:
             raise ValidationError(
                 f"{op}: args[{i}] of {self.name!r} expects a {ndim}-d {t.name} array, "
-                f"got a {len(a.shape)}-d {a.scalar_type.name} span")
-        if (layout == "C" and not a.is_c_contiguous) or \
-                (layout == "F" and not a.is_f_contiguous):
+                f"got a {len(a.shape)}-d {a.scalar_type.name} span"
+            )
+        if (layout == "C" and not a.is_c_contiguous) or (layout == "F" and not a.is_f_contiguous):
             raise ValidationError(
                 f"{op}: args[{i}] of {self.name!r} expects layout {layout!r}, got "
                 f"strides={a.strides}; compile for layout 'A' ({t.name}[:, :]) to take "
-                "strided views")
+                "strided views"
+            )
         if cls is TensorRef and i in self.writes:
             raise ValidationError(
                 f"{op}: args[{i}] is a read-only TensorRef but numba kernel "
-                f"{self.name!r} stores into that array; use tensor_mut()")
-        self.structs[i].pack_into(self._mv, off, 0, 0, a.size, t.itemsize, a.ptr, *a.shape,
-                                  *a.strides)
+                f"{self.name!r} stores into that array; use tensor_mut()"
+            )
+        self.structs[i].pack_into(
+            self._mv, off, 0, 0, a.size, t.itemsize, a.ptr, *a.shape, *a.strides
+        )
         return a
 
 
@@ -292,19 +338,22 @@ def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:
     where = f"{op}: args[{i}]"
     if type(a) is KernelArg:
         if a.scalar_type is not t:
-            raise ValidationError(f"{where} of numba kernel {name!r} expects {t.name}, got "
-                                  f"{a.describe()}")
+            raise ValidationError(
+                f"{where} of numba kernel {name!r} expects {t.name}, got {a.describe()}"
+            )
         return a.data
     if isinstance(a, np.generic):
         got = dtypes.from_numpy(a.dtype, where)
         if got is not t:
-            raise ValidationError(f"{where} of numba kernel {name!r} expects {t.name}, got "
-                                  f"numpy {a.dtype} scalar")
+            raise ValidationError(
+                f"{where} of numba kernel {name!r} expects {t.name}, got numpy {a.dtype} scalar"
+            )
         return dtypes.pack_scalar(t, a.item(), where)
     if type(a) in (int, float, bool, complex):
         return dtypes.pack_scalar(t, a, where)  # the type is known here: range-checked into it
-    raise ValidationError(f"{where} of numba kernel {name!r} expects a {t.name} scalar, got "
-                          f"{type(a).__name__}")
+    raise ValidationError(
+        f"{where} of numba kernel {name!r} expects a {t.name} scalar, got {type(a).__name__}"
+    )
 
 
 class _NumbaModule:
@@ -340,9 +389,11 @@ def _specialization_type(a: Any, op: str, i: int) -> Any:
         raise ValidationError(
             f"{op}: args[{i}] is a bare Python {type(a).__name__}; a numba kernel without a "
             "signature specializes on argument types, so give it a type (tf.i64(n), "
-            "tf.f32(x), np.float64(x)) or pass signature= to s.numba_kernel")
-    raise ValidationError(f"{op}: args[{i}] is {type(a).__name__}; expected a span or a typed "
-                          "scalar")
+            "tf.f32(x), np.float64(x)) or pass signature= to s.numba_kernel"
+        )
+    raise ValidationError(
+        f"{op}: args[{i}] is {type(a).__name__}; expected a span or a typed scalar"
+    )
 
 
 def _quick_key(a: Any) -> Any:
@@ -408,8 +459,9 @@ class NumbaKernel:
         """
         prev, fn = self._last  # ((), None) until a Function is found
         if prev:
-            if fn.param_block.takes_quickly(args) or \
-                    (len(args) == len(prev) and all(map(_is, args, prev))):
+            if fn.param_block.takes_quickly(args) or (
+                len(args) == len(prev) and all(map(_is, args, prev))
+            ):
                 return fn
         fn = self._by_quick_key.get(tuple(map(_quick_key, args)))
         if fn is not None:
@@ -423,13 +475,16 @@ class NumbaKernel:
             return fn
         code = getattr(getattr(self.dispatcher, "py_func", None), "__code__", None)
         if code is not None and len(args) != code.co_argcount:
-            raise ValidationError(f"{op}: numba kernel {self.name!r} takes "
-                                  f"{code.co_argcount} argument(s), got {len(args)}")
+            raise ValidationError(
+                f"{op}: numba kernel {self.name!r} takes "
+                f"{code.co_argcount} argument(s), got {len(args)}"
+            )
         key = tuple(_specialization_type(a, op, i) for i, a in enumerate(args))
         fn = self.specializations.get(key)
         if fn is None:
             fn = self.specializations[key] = compile_for_session(
-                self.state, self.dispatcher, key, self.name, op)
+                self.state, self.dispatcher, key, self.name, op
+            )
         quick = tuple(map(_quick_key, args))
         if None not in quick:  # each part decides its numba type: the same Function
             self._by_quick_key[quick] = fn
@@ -447,16 +502,21 @@ def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
 
     if isinstance(f, CUDADispatcher):
         if f.targetoptions.get("device"):
-            raise ValidationError(f"{op}: {f.py_func.__name__!r} is a device function "
-                                  "(device=True); launch a kernel that calls it")
+            raise ValidationError(
+                f"{op}: {f.py_func.__name__!r} is a device function "
+                "(device=True); launch a kernel that calls it"
+            )
         if f.targetoptions.get("debug"):
-            raise ValidationError(f"{op}: {f.py_func.__name__!r} is built with debug=True, whose "
-                                  "exception flags need numba's own launcher")
+            raise ValidationError(
+                f"{op}: {f.py_func.__name__!r} is built with debug=True, whose "
+                "exception flags need numba's own launcher"
+            )
         return f, f.py_func.__name__
     if callable(f) and hasattr(f, "__code__"):
         return cuda.jit(f), f.__name__
-    raise ValidationError(f"{op}: expected a Python function or a numba.cuda.jit kernel, got "
-                          f"{type(f).__name__}")
+    raise ValidationError(
+        f"{op}: expected a Python function or a numba.cuda.jit kernel, got {type(f).__name__}"
+    )
 
 
 def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Any:
@@ -476,21 +536,25 @@ def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: st
         try:
             argtypes, _ret = sigutils.normalize_signature(sig)
         except Exception as exc:
-            raise ValidationError(f"{op}: signature={sig!r} is not a numba signature: "
-                                  f"{exc}") from None
+            raise ValidationError(
+                f"{op}: signature={sig!r} is not a numba signature: {exc}"
+            ) from None
     with cuda.gpus[state.device]:  # numba's handle on the same primary context
         kern = dispatcher.compile(argtypes)
         kern.bind()
         cufunc = kern.library.get_cufunc()
     if getattr(kern, "launch_config_sensitive", False):
-        raise ValidationError(f"{op}: numba kernel {name!r} is compiled per launch "
-                              "configuration; s.launch cannot launch it")
+        raise ValidationError(
+            f"{op}: numba kernel {name!r} is compiled per launch "
+            "configuration; s.launch cannot launch it"
+        )
     specs, psig = numba_layout(tuple(kern.signature.args), name, op)
     writes = written_arrays(kern.type_annotation, len(specs))
     param_block = NumbaParamBlock(name, specs, psig, writes)
     handle = _driver.kernel_function(int(cufunc.handle), op)
-    return Function(_NumbaModule(state, kern), name, handle, psig, param_block,
-                    grid_sync=bool(kern.cooperative))
+    return Function(
+        _NumbaModule(state, kern), name, handle, psig, param_block, grid_sync=bool(kern.cooperative)
+    )
 
 
 def numba_kernel(st: Any, kernel: Any, signature: Any = None) -> Any:

@@ -37,20 +37,24 @@ def _color(color: Any, op: str) -> int | None:
         return None
     if isinstance(color, int) and not isinstance(color, bool):
         if not 0 <= color <= 0xFFFFFF:
-            raise ValidationError(f"{op}: color=0x{color:x} must be 0xRRGGBB (0 to 0xffffff)"
-                                  if color >= 0 else f"{op}: {color=} must be 0xRRGGBB")
+            raise ValidationError(
+                f"{op}: color=0x{color:x} must be 0xRRGGBB (0 to 0xffffff)"
+                if color >= 0
+                else f"{op}: {color=} must be 0xRRGGBB"
+            )
         return color
     if not isinstance(color, str):
-        raise ValidationError(f"{op}: color must be a name or 0xRRGGBB, got "
-                              f"{type(color).__name__}")
+        raise ValidationError(f"{op}: color must be a name or 0xRRGGBB, got {type(color).__name__}")
     nvtx = _nvtx_module()
     if nvtx is None:
         return None  # nothing records it: any name will do
     try:
         return int(nvtx.colors.color_to_hex(color))
     except (TypeError, ValueError, KeyError):
-        raise ValidationError(f"{op}: {color=} is not a color nvtx knows (green, blue, "
-                              "yellow, purple, cyan, red, ...; or 0xRRGGBB)") from None
+        raise ValidationError(
+            f"{op}: {color=} is not a color nvtx knows (green, blue, "
+            "yellow, purple, cyan, red, ...; or 0xRRGGBB)"
+        ) from None
 
 
 class Range:

@@ -19,8 +19,9 @@ class ResourceCache:
         if not isinstance(limit, int) or limit < 1:
             raise ValidationError(f"ResourceCache: {limit=} must be an int >= 1")
         self.limit = limit
-        self._items: collections.OrderedDict[Any, tuple[type | None, Any]] = \
+        self._items: collections.OrderedDict[Any, tuple[type | None, Any]] = (
             collections.OrderedDict()
+        )
         self._lock = threading.RLock()  # init may ask for another resource
 
     def get(self, key: Any, make: Callable[[], Any], kind: type | None, op: str) -> Any:
@@ -36,14 +37,18 @@ class ResourceCache:
             if hit is not None:
                 made_kind, value = hit
                 if kind is not None and made_kind is not None and kind is not made_kind:
-                    raise ValidationError(f"{op}: key={key!r} holds a {made_kind.__name__}, "
-                                          f"asked as kind={kind.__name__}")
+                    raise ValidationError(
+                        f"{op}: key={key!r} holds a {made_kind.__name__}, "
+                        f"asked as kind={kind.__name__}"
+                    )
                 self._items.move_to_end(key)
                 return value
             value = make()
             if kind is not None and not isinstance(value, kind):
-                raise ValidationError(f"{op}: init for key={key!r} returned "
-                                      f"{type(value).__name__}, expected {kind.__name__}")
+                raise ValidationError(
+                    f"{op}: init for key={key!r} returned "
+                    f"{type(value).__name__}, expected {kind.__name__}"
+                )
             self._items[key] = (kind, value)
             while len(self._items) > self.limit:
                 self._items.popitem(last=False)

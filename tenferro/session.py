@@ -52,9 +52,11 @@ R = TypeVar("R")
 _read_span, _write_span, _launch = span_import.tensor, span_import.tensor_mut, launch.launch
 
 
-def _reports_faults(method: Callable[Concatenate[Session, P], R]) -> Callable[
-        Concatenate[Session, P], R]:
+def _reports_faults(
+    method: Callable[Concatenate[Session, P], R],
+) -> Callable[Concatenate[Session, P], R]:
     """A method whose driver calls may report a kernel fault, which then stops the session."""
+
     @functools.wraps(method)
     def reporting(self: Session, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -111,8 +113,9 @@ class Session:
         except Exception as sync_exc:
             if exc is None:
                 raise
-            exc.add_note(f"tenferro: synchronizing at the end of the session also failed: "
-                         f"{sync_exc}")
+            exc.add_note(
+                f"tenferro: synchronizing at the end of the session also failed: {sync_exc}"
+            )
         finally:
             scope.left(self)
             st.close()
@@ -143,8 +146,9 @@ class Session:
         if not st.is_open:
             return
         if threading.get_ident() != st.thread:
-            raise RuntimeStateError("session.close: the session belongs to the thread that "
-                                    "opened it; close it there")
+            raise RuntimeStateError(
+                "session.close: the session belongs to the thread that opened it; close it there"
+            )
         self.__exit__(None, None, None)
 
     @property
@@ -230,8 +234,13 @@ class Session:
     # --- kernels and launches -----------------------------------------------------------
 
     @_reports_faults
-    def compile(self, source: str | os.PathLike[str], options: Any = None,
-                name_expressions: Any = None, arch: str | None = None) -> Module:
+    def compile(
+        self,
+        source: str | os.PathLike[str],
+        options: Any = None,
+        name_expressions: Any = None,
+        arch: str | None = None,
+    ) -> Module:
         """Compile CUDA C (a string or a file's path) with NVRTC and load it (disk-cached)."""
         return module.compile_module(self._state, source, options, name_expressions, arch)
 
@@ -254,8 +263,7 @@ class Session:
         """
         return numba_kernels.numba_kernel(self._state, kernel, signature)
 
-    def launch(self, fn: Function | NumbaKernel, config: LaunchConfig,
-               args: list | tuple) -> None:
+    def launch(self, fn: Function | NumbaKernel, config: LaunchConfig, args: list | tuple) -> None:
         """Check every argument against the kernel's parameters and enqueue; only enqueues.
 
         Raises:
@@ -265,8 +273,9 @@ class Session:
         _launch(self._state, fn, config, args)
 
     @_reports_faults
-    def bind(self, fn: Function | NumbaKernel, config: LaunchConfig,
-             args: list | tuple) -> BoundLaunch:
+    def bind(
+        self, fn: Function | NumbaKernel, config: LaunchConfig, args: list | tuple
+    ) -> BoundLaunch:
         """Check and pack a launch once; calling the result enqueues it with no further work."""
         return launch.bind(self._state, fn, config, args)
 
@@ -302,8 +311,9 @@ class Session:
         return profiling.named_range(self._state, name, color)
 
     @_reports_faults
-    def resource(self, key: Hashable, init: Callable[[Session], Any],
-                 kind: type | None = None) -> Any:
+    def resource(
+        self, key: Hashable, init: Callable[[Session], Any], kind: type | None = None
+    ) -> Any:
         """The value cached under ``key`` for this session, made by ``init(session)`` once."""
         return resources.resource(self._state, key, init, kind)
 
@@ -322,8 +332,14 @@ def state_of(session: Session) -> SessionState:
     return session._state
 
 
-def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = False,
-                dtype: Any = None, allow_strided: bool = False) -> TensorRef | TensorMut:
+def from_dlpack(
+    x: Any,
+    *,
+    session: Session | None = None,
+    writable: bool = False,
+    dtype: Any = None,
+    allow_strided: bool = False,
+) -> TensorRef | TensorMut:
     """A span over ``x`` taken through DLPack, even where ``x`` also has a CAI.
 
     Args:
@@ -345,12 +361,12 @@ def from_dlpack(x: Any, *, session: Session | None = None, writable: bool = Fals
     if session is None:
         session = scope.innermost()
         if session is None:
-            raise RuntimeStateError(f"{op}: no tf.Session is open on this thread; call it inside "
-                                    "`with tf.Session(...)` or pass session=")
+            raise RuntimeStateError(
+                f"{op}: no tf.Session is open on this thread; call it inside "
+                "`with tf.Session(...)` or pass session="
+            )
     elif not isinstance(session, Session):
-        raise ValidationError(f"{op}: session must be a tf.Session, got "
-                              f"{type(session).__name__}")
-    return span_import.from_dlpack(state_of(session), x, writable=writable, dtype=dtype,
-                               allow_strided=allow_strided)
-
-
+        raise ValidationError(f"{op}: session must be a tf.Session, got {type(session).__name__}")
+    return span_import.from_dlpack(
+        state_of(session), x, writable=writable, dtype=dtype, allow_strided=allow_strided
+    )

@@ -17,9 +17,19 @@ from .dtypes import ScalarType
 from .errors import ValidationError
 from .mangling import CType, demangle
 
-__all__ = ["Param", "Signature", "display_name", "element_types", "from_driver_layout",
-           "kernels_html", "parse_ptx", "qualified_kernel_names", "refine_with_source",
-           "value_types", "with_c_types"]
+__all__ = [
+    "Param",
+    "Signature",
+    "display_name",
+    "element_types",
+    "from_driver_layout",
+    "kernels_html",
+    "parse_ptx",
+    "qualified_kernel_names",
+    "refine_with_source",
+    "value_types",
+    "with_c_types",
+]
 
 # Parameter kinds.
 PTR = "ptr"  # a device pointer
@@ -108,14 +118,20 @@ def kernels_html(title: str, signatures: dict[str, Signature]) -> str:
 
     For notebooks (the ``_repr_html_`` of modules and compile results).
     """
-    named = sorted(((display_name(entry), sig) for entry, sig in signatures.items()),
-                   key=lambda named_sig: named_sig[0])  # overloads share a name
+    named = sorted(
+        ((display_name(entry), sig) for entry, sig in signatures.items()),
+        key=lambda named_sig: named_sig[0],
+    )  # overloads share a name
     rows = "".join(
         f"<tr><td><code>{html.escape(name)}</code></td><td><code>"
         f"{html.escape(', '.join(p.declaration() for p in sig.params)) or '(none)'}"
-        f"</code></td></tr>" for name, sig in named)
-    return (f"<b>{html.escape(title)}</b><table><tr><th>kernel</th><th>parameters</th></tr>"
-            f"{rows}</table>")
+        f"</code></td></tr>"
+        for name, sig in named
+    )
+    return (
+        f"<b>{html.escape(title)}</b><table><tr><th>kernel</th><th>parameters</th></tr>"
+        f"{rows}</table>"
+    )
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
@@ -125,8 +141,7 @@ _PARAM = re.compile(
     r"([\w$]+)\s*(?:\[(\d+)\])?"
 )
 
-_PTX_INT = {"u8": 1, "s8": 1, "u16": 2, "s16": 2, "u32": 4, "s32": 4, "b8": 1, "b16": 2,
-            "b32": 4}
+_PTX_INT = {"u8": 1, "s8": 1, "u16": 2, "s16": 2, "u32": 4, "s32": 4, "b8": 1, "b16": 2, "b32": 4}
 _PTX_64 = {"u64", "s64", "b64"}
 _PTX_FLOAT = {"f32": 4, "f64": 8, "f16": 2}
 
@@ -142,17 +157,24 @@ def _ptx_param(m: re.Match[str], entry: str, op: str) -> Param:
         return Param(kind, 8, int(align_s or 8), None, name)
     if ty in _PTX_FLOAT:
         size = _PTX_FLOAT[ty]
-        return Param(FLOAT, size, int(align_s or size), dtypes.by_name(
-            {"f32": "f32", "f64": "f64", "f16": "f16"}[ty]), name)
+        return Param(
+            FLOAT,
+            size,
+            int(align_s or size),
+            dtypes.by_name({"f32": "f32", "f64": "f64", "f16": "f16"}[ty]),
+            name,
+        )
     if ty in _PTX_INT:
         size = _PTX_INT[ty]
         return Param(INT, size, int(align_s or size), None, name)
-    raise ValidationError(f"{op}: entry {entry!r} has a parameter of PTX type .{ty} that "
-                          "tenferro does not know")
+    raise ValidationError(
+        f"{op}: entry {entry!r} has a parameter of PTX type .{ty} that tenferro does not know"
+    )
 
 
-def parse_ptx(text: str, op: str = "signature.parse_ptx", *,
-              require_entry: bool = True) -> dict[str, Signature]:
+def parse_ptx(
+    text: str, op: str = "signature.parse_ptx", *, require_entry: bool = True
+) -> dict[str, Signature]:
     """Every ``.entry`` of a PTX text, by name, with its typed parameters in order.
 
     Refuses (`ValidationError`, naming ``op``) a parameter type it does not know, rather than
@@ -168,16 +190,20 @@ def parse_ptx(text: str, op: str = "signature.parse_ptx", *,
         out[name] = Signature(name, params, "ptx")
     if not out and require_entry:
         start = text.lstrip()[:40]
-        raise ValidationError(f"{op}: the text has no .entry (no kernel to launch); PTX "
-                              f"starts with directives such as .version, this starts {start!r}")
+        raise ValidationError(
+            f"{op}: the text has no .entry (no kernel to launch); PTX "
+            f"starts with directives such as .version, this starts {start!r}"
+        )
     return out
 
 
 # --- CUDA C declarations ----------------------------------------------------------------------
 
 # A __global__ declaration up to its parameter list: the kernel's name is its one group.
-_KERNEL_DECL = (r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+_KERNEL_DECL = (
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
+)
 _GLOBAL = re.compile(_KERNEL_DECL + r"([^)]*)\)", re.S)
 # Comments, and the string and character literals a comment marker could sit in.
 _COMMENTS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
@@ -189,8 +215,10 @@ def _without_comments(source: str) -> str:
 
 
 # What opens or closes a scope, and a __global__ declaration, in the order the text has them.
-_SCOPES = re.compile(r"\bnamespace\s+((?:inline\s+)?[A-Za-z_]\w*(?:\s*::\s*(?:inline\s+)?"
-                     r"[A-Za-z_]\w*)*)\s*\{|\bnamespace\s*\{|[{}]|" + _KERNEL_DECL)
+_SCOPES = re.compile(
+    r"\bnamespace\s+((?:inline\s+)?[A-Za-z_]\w*(?:\s*::\s*(?:inline\s+)?"
+    r"[A-Za-z_]\w*)*)\s*\{|\bnamespace\s*\{|[{}]|" + _KERNEL_DECL
+)
 
 
 def qualified_kernel_names(source: str) -> dict[str, str]:
@@ -201,8 +229,10 @@ def qualified_kernel_names(source: str) -> dict[str, str]:
     unnamed namespace adds nothing (its names are visible outside it). Where a name is
     declared in two scopes, the first counts.
     """
-    text = "\n".join("" if line.lstrip().startswith("#") else line
-                     for line in _COMMENTS.sub(" ", source).replace("\\\n", " ").splitlines())
+    text = "\n".join(
+        "" if line.lstrip().startswith("#") else line
+        for line in _COMMENTS.sub(" ", source).replace("\\\n", " ").splitlines()
+    )
     scopes: list[str] = []  # one entry a brace open: a namespace's name, or ""
     out: dict[str, str] = {}
     for m in _SCOPES.finditer(text):
@@ -237,8 +267,21 @@ def _c_param(decl: str) -> Param | None:
     return Param(FLOAT if t.is_float else INT, t.itemsize, t.itemsize, t)
 
 
-_TYPE_WORDS = frozenset({"void", "char", "short", "int", "long", "float", "double", "bool",
-                         "signed", "unsigned", "struct"})
+_TYPE_WORDS = frozenset(
+    {
+        "void",
+        "char",
+        "short",
+        "int",
+        "long",
+        "float",
+        "double",
+        "bool",
+        "signed",
+        "unsigned",
+        "struct",
+    }
+)
 _LAST_NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$")
 
 
@@ -252,7 +295,7 @@ def _decl_name(decl: str) -> str:
     m = _LAST_NAME.search(text)
     if m is None or m.group(1) in _TYPE_WORDS:
         return ""
-    before = text[:m.start(1)].strip()
+    before = text[: m.start(1)].strip()
     return m.group(1) if before and not before.endswith("::") else ""
 
 
@@ -294,11 +337,16 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
         params = []
         for ptx, decl in zip(sig.params, decls, strict=True):
             c = None if ptx.c_type is not None else _c_param(decl)
-            if c is not None and ptx.kind in (PTR_OR_INT, PTR, INT, FLOAT) and c.size == ptx.size \
-                    and (c.kind == FLOAT) == (ptx.kind == FLOAT):
+            if (
+                c is not None
+                and ptx.kind in (PTR_OR_INT, PTR, INT, FLOAT)
+                and c.size == ptx.size
+                and (c.kind == FLOAT) == (ptx.kind == FLOAT)
+            ):
                 ptx = replace(ptx, kind=c.kind, scalar=c.scalar)
-            elif c is not None and ptx.kind == BYTES and c.scalar is not None \
-                    and c.size == ptx.size:  # __half / __nv_bfloat16 are structs in PTX
+            elif (
+                c is not None and ptx.kind == BYTES and c.scalar is not None and c.size == ptx.size
+            ):  # __half / __nv_bfloat16 are structs in PTX
                 ptx = replace(ptx, kind=FLOAT, scalar=c.scalar)
             params.append(replace(ptx, name=_decl_name(decl)))  # "" for an unnamed one
         out[name] = Signature(name, tuple(params), "cuda")
@@ -309,12 +357,17 @@ def refine_with_source(sigs: dict[str, Signature], source: str) -> dict[str, Sig
             plain = demangle(entry).name.rsplit("::", 1)[-1]
         except (ValueError, IndexError):
             continue
-        names = {tuple(map(_decl_name, decls)) for decls in by_name.get(plain, ())
-                 if len(decls) == len(sig.params)}
+        names = {
+            tuple(map(_decl_name, decls))
+            for decls in by_name.get(plain, ())
+            if len(decls) == len(sig.params)
+        }
         if len(names) == 1:
-            out[entry] = Signature(entry, tuple(
-                replace(p, name=n) for p, n in zip(sig.params, names.pop(), strict=True)),
-                "cuda")
+            out[entry] = Signature(
+                entry,
+                tuple(replace(p, name=n) for p, n in zip(sig.params, names.pop(), strict=True)),
+                "cuda",
+            )
     return out
 
 
@@ -335,10 +388,21 @@ _ANY_ELEMENT = frozenset({"void", "char", "unsigned char"})
 # CUDA's vector types (float2, uint4, longlong2, ...): the element, and the complex type a
 # two-element float or double vector is laid out as (cuComplex is float2).
 _VECTOR = re.compile(r"(u?)(char|short|int|long|longlong|float|double)([1-4])")
-_VECTOR_ELEMENT = {"char": "i8", "short": "i16", "int": "i32", "long": "i64", "longlong": "i64",
-                   "float": "f32", "double": "f64"}
-_PAIRED_HALVES = {"__half2": "f16", "half2": "f16", "__nv_bfloat162": "bf16",
-                  "nv_bfloat162": "bf16"}
+_VECTOR_ELEMENT = {
+    "char": "i8",
+    "short": "i16",
+    "int": "i32",
+    "long": "i64",
+    "longlong": "i64",
+    "float": "f32",
+    "double": "f64",
+}
+_PAIRED_HALVES = {
+    "__half2": "f16",
+    "half2": "f16",
+    "__nv_bfloat162": "bf16",
+    "nv_bfloat162": "bf16",
+}
 
 
 def value_types(c: CType) -> frozenset[dtypes.ScalarType] | None:
@@ -428,7 +492,11 @@ def with_c_types(sigs: dict[str, Signature], probes: dict[str, str]) -> dict[str
         if len(c_params) == len(sig.params):
             # PTX's own names (entry_param_0) say nothing the position does not: dropped, and
             # refine_with_source gives the declaration's.
-            out[entry] = replace(sig, params=tuple(
-                replace(_with_c_type(p, c), name="")
-                for p, c in zip(sig.params, c_params, strict=True)))
+            out[entry] = replace(
+                sig,
+                params=tuple(
+                    replace(_with_c_type(p, c), name="")
+                    for p, c in zip(sig.params, c_params, strict=True)
+                ),
+            )
     return out

@@ -36,8 +36,16 @@ _get_ident = threading.get_ident
 _UNSEEN = object()  # a class no reader was decided for yet
 
 
-def import_span(st: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op: str,
-                dlpack: bool = False, defer: bool = False) -> Any:
+def import_span(
+    st: Any,
+    x: Any,
+    cls: type,
+    dtype: Any,
+    allow_strided: bool,
+    op: str,
+    dlpack: bool = False,
+    defer: bool = False,
+) -> Any:
     """A checked span of the session ``st`` over ``x``: a Tensor, a span, or a foreign array.
 
     Every refusal the design makes for spans is made here, naming ``op``. A foreign producer's
@@ -59,8 +67,13 @@ def import_span(st: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op:
         ptr, shape, strides, t, stream, nbytes = direct
         if stream not in st.ordering.in_order_with:
             _producer_stream(st, stream, defer, op)
-        if nbytes >= 0 and dtype is None and cls is not DeviceBytes and \
-                not ptr % t.itemsize and ptr + nbytes <= _ADDRESS_END:
+        if (
+            nbytes >= 0
+            and dtype is None
+            and cls is not DeviceBytes
+            and not ptr % t.itemsize
+            and ptr + nbytes <= _ADDRESS_END
+        ):
             return kept_compact(st, cls, ptr, shape, strides, t, nbytes, x)
         owner, readonly, marked = x, False, False
     elif isinstance(x, Tensor):
@@ -81,14 +94,21 @@ def import_span(st: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op:
     else:
         f = read_foreign(x, st.stream, st.device, st.liveness.capturing, op, dlpack_only=dlpack)
         check_memory(f, st.device, op)
-        ptr, shape, strides, t, owner, readonly = (f.ptr, f.shape, f.strides, f.scalar_type,
-                                                   f.owner, f.readonly)
+        ptr, shape, strides, t, owner, readonly = (
+            f.ptr,
+            f.shape,
+            f.strides,
+            f.scalar_type,
+            f.owner,
+            f.readonly,
+        )
         marked = readonly
         if f.stream is not None and f.stream not in st.ordering.in_order_with:
             _producer_stream(st, f.stream, defer, op)
     if readonly and cls is not TensorRef:
-        raise ValidationError(f"{op}: x is read-only (its producer says so); use "
-                              "s.tensor(x) to read it")
+        raise ValidationError(
+            f"{op}: x is read-only (its producer says so); use s.tensor(x) to read it"
+        )
     if dtype is not None:
         want = dtypes.as_scalar_type(dtype, op)
         if want is not t:
@@ -98,25 +118,35 @@ def import_span(st: Any, x: Any, cls: type, dtype: Any, allow_strided: bool, op:
         if not allow_strided:
             raise ValidationError(
                 f"{op}: x has non-compact strides={strides} (bytes) for shape={shape}; "
-                "pass allow_strided=True for a kernel that takes strides, or copy it")
+                "pass allow_strided=True for a kernel that takes strides, or copy it"
+            )
         if any(d > 1 and st % t.itemsize for d, st in zip(shape, strides, strict=True)):
             raise ValidationError(
                 f"{op}: x has strides={strides} (bytes) that are not multiples of its "
-                f"{t.itemsize}-byte {t.name} elements; a kernel would read misplaced data")
+                f"{t.itemsize}-byte {t.name} elements; a kernel would read misplaced data"
+            )
         if span.lo < 0 or span.hi > _ADDRESS_END:
             raise ValidationError(
                 f"{op}: x's strides={strides} (bytes) for shape={shape} from 0x{ptr:x} "
-                "reach outside the address space; the producer described it wrongly")
-        if cls is not TensorRef and any(d > 1 and st == 0 for d, st in
-                                        zip(shape, strides, strict=True)):
-            raise ValidationError(f"{op}: x has a zero stride (a broadcast view); writes "
-                                  f"through it would race (strides={strides})")
+                "reach outside the address space; the producer described it wrongly"
+            )
+        if cls is not TensorRef and any(
+            d > 1 and st == 0 for d, st in zip(shape, strides, strict=True)
+        ):
+            raise ValidationError(
+                f"{op}: x has a zero stride (a broadcast view); writes "
+                f"through it would race (strides={strides})"
+            )
     elif span.hi > _ADDRESS_END:
-        raise ValidationError(f"{op}: x's {span.nbytes} bytes from 0x{ptr:x} reach outside "
-                              "the address space; the producer described it wrongly")
+        raise ValidationError(
+            f"{op}: x's {span.nbytes} bytes from 0x{ptr:x} reach outside "
+            "the address space; the producer described it wrongly"
+        )
     if span.nbytes and ptr % t.itemsize:
-        raise ValidationError(f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
-                              f"{t.itemsize}-byte {t.name} elements")
+        raise ValidationError(
+            f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
+            f"{t.itemsize}-byte {t.name} elements"
+        )
     return span
 
 
@@ -130,8 +160,9 @@ def _order_after(st: Any, stream: int, op: str) -> None:
 
 def _producer_stream(st: Any, stream: int, defer: bool, op: str) -> None:
     """Order the session's stream after a producer's: now, or before its next kernel."""
-    st.refuse_in_capture(op, "ordering after the producer's stream needs an event; make the "
-                        "span before the capture")
+    st.refuse_in_capture(
+        op, "ordering after the producer's stream needs an event; make the span before the capture"
+    )
     if defer:
         st.ordering.defer(stream)
     else:
@@ -191,8 +222,13 @@ def _span_import(cls: type, op: str) -> Any:
                 if kind is fast_kind:
                     try:
                         t = by_dtype.get(x.dtype)
-                        ok = t is not None and not x.requires_grad and x.is_cuda and \
-                            not x.is_neg() and x.is_contiguous()
+                        ok = (
+                            t is not None
+                            and not x.requires_grad
+                            and x.is_cuda
+                            and not x.is_neg()
+                            and x.is_contiguous()
+                        )
                         if ok:
                             dev = x.get_device()
                             ptr = x.data_ptr()
@@ -204,8 +240,13 @@ def _span_import(cls: type, op: str) -> Any:
                         got = None if ref is None else ref()
                         # A kept span holds its tensor, so the id is still x's; what may have
                         # changed in place (set_, resize_, .data) is compared.
-                        if got is None or got.ptr != ptr or got.shape != shape or \
-                                got.state is not st or got.scalar_type is not t:
+                        if (
+                            got is None
+                            or got.ptr != ptr
+                            or got.shape != shape
+                            or got.state is not st
+                            or got.scalar_type is not t
+                        ):
                             got = compact_span(st, cls, x, ptr, shape, t)
                         if got is not None:
                             stream = current_stream(dev) or LEGACY
@@ -239,12 +280,14 @@ tensor.__name__ = tensor.__qualname__ = "tensor"
 tensor.__doc__ = "A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."
 tensor_mut = _span_import(TensorMut, "session.tensor_mut")
 tensor_mut.__name__ = tensor_mut.__qualname__ = "tensor_mut"
-tensor_mut.__doc__ = ("An exclusive, writable span; refuses producers that marked their array "
-                      "read-only.")
+tensor_mut.__doc__ = (
+    "An exclusive, writable span; refuses producers that marked their array read-only."
+)
 
 
-def from_dlpack(st: Any, x: Any, *, writable: bool = False, dtype: Any = None,
-                allow_strided: bool = False) -> TensorRef | TensorMut:
+def from_dlpack(
+    st: Any, x: Any, *, writable: bool = False, dtype: Any = None, allow_strided: bool = False
+) -> TensorRef | TensorMut:
     """A span over ``x`` taken through DLPack even where x also has a CUDA Array Interface.
 
     ``x`` is an object with ``__dlpack__`` (asked with this session's stream, so the
@@ -254,4 +297,3 @@ def from_dlpack(st: Any, x: Any, *, writable: bool = False, dtype: Any = None,
     """
     cls = TensorMut if writable else TensorRef
     return import_span(st, x, cls, dtype, allow_strided, "session.from_dlpack", dlpack=True)
-

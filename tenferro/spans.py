@@ -16,8 +16,17 @@ import numpy as np
 
 from .dtypes import ScalarType
 
-__all__ = ["ADDRESS_END", "DeviceBytes", "Layout", "Shaped", "Span", "TensorMut", "TensorRef",
-           "compact_layout", "layouts"]
+__all__ = [
+    "ADDRESS_END",
+    "DeviceBytes",
+    "Layout",
+    "Shaped",
+    "Span",
+    "TensorMut",
+    "TensorRef",
+    "compact_layout",
+    "layouts",
+]
 
 ADDRESS_END = 1 << 64  # one past the last byte a 64-bit pointer can name
 
@@ -70,11 +79,20 @@ class Span(Shaped):
     def session(self) -> Any:
         """The `tenferro.Session` this span belongs to."""
         return self.state.session
+
     writable = False
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 scalar_type: ScalarType, device: int, owner: Any, state: Any,
-                 producer_readonly: bool = False) -> None:
+    def __init__(
+        self,
+        ptr: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        scalar_type: ScalarType,
+        device: int,
+        owner: Any,
+        state: Any,
+        producer_readonly: bool = False,
+    ) -> None:
         self.ptr = ptr
         self.producer_readonly = producer_readonly
         self.shape = shape
@@ -101,9 +119,17 @@ class Span(Shaped):
             self.lo, self.hi = lo, hi + scalar_type.itemsize
 
     @classmethod
-    def compact(cls, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                scalar_type: ScalarType, nbytes: int, device: int, owner: Any,
-                state: Any) -> Span:
+    def compact(
+        cls,
+        ptr: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        scalar_type: ScalarType,
+        nbytes: int,
+        device: int,
+        owner: Any,
+        state: Any,
+    ) -> Span:
         """A span over ``nbytes`` of C-contiguous memory (a Tensor's): no extent to compute."""
         self = object.__new__(cls)  # made here: its own state
         self.ptr = ptr
@@ -131,8 +157,10 @@ class Span(Shaped):
         return _compact(zip(self.shape, self.strides, strict=True), self.scalar_type.itemsize)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(ptr=0x{self.ptr:x}, shape={self.shape}, "
-                f"dtype={self.scalar_type.name}, device={self.device})")
+        return (
+            f"{type(self).__name__}(ptr=0x{self.ptr:x}, shape={self.shape}, "
+            f"dtype={self.scalar_type.name}, device={self.device})"
+        )
 
 
 class TensorRef(Span):

@@ -70,14 +70,16 @@ class Tensor(Shaped):
         self.context = state.context
         self.device = state.device
         self.scalar_type = t
-        self.shape, self.strides, nbytes = layouts.get((shape, t.itemsize)) or \
-            compact_layout(shape, t.itemsize)
+        self.shape, self.strides, nbytes = layouts.get((shape, t.itemsize)) or compact_layout(
+            shape, t.itemsize
+        )
         self.nbytes = nbytes
         if nbytes > SPARE_BLOCK_BYTES:
             self.ptr = state.context.alloc_async(nbytes, state.stream, op)
         else:  # a block a small Tensor left, or a new one of that size: it may be kept too
             self.ptr = state.liveness.take_block() or state.context.alloc_async(
-                SPARE_BLOCK_BYTES, state.stream, op)
+                SPARE_BLOCK_BYTES, state.stream, op
+            )
         return self
 
     def span(self, cls: type) -> Span:
@@ -93,8 +95,16 @@ class Tensor(Shaped):
             span = ref()
             if span is not None:
                 return span
-        span = cls.compact(self.ptr, self.shape, self.strides, self.scalar_type, self.nbytes,
-                           self.device, self, self.state)
+        span = cls.compact(
+            self.ptr,
+            self.shape,
+            self.strides,
+            self.scalar_type,
+            self.nbytes,
+            self.device,
+            self,
+            self.state,
+        )
         if cls is TensorMut:
             self._mut_span = weakref.ref(span)
         else:
@@ -146,8 +156,14 @@ class Tensor(Shaped):
             "stream": st.stream if st.is_open else None,
         }
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+    ) -> Any:
         """A DLPack capsule over this Tensor's memory, zero-copy (`tenferro.interop.dlpack_export`).
 
         Versioned when ``max_version >= (1, 0)``, legacy otherwise. ``stream`` follows the
@@ -180,10 +196,14 @@ class Tensor(Shaped):
         return np.array2string(values, threshold=2 * edgeitems, edgeitems=edgeitems)
 
     def __repr__(self) -> str:
-        return (f"Tensor(shape={self.shape}, dtype={self.scalar_type.name}, "
-                f"device={self.device}, ptr=0x{self.ptr:x})")
+        return (
+            f"Tensor(shape={self.shape}, dtype={self.scalar_type.name}, "
+            f"device={self.device}, ptr=0x{self.ptr:x})"
+        )
 
     def _repr_html_(self) -> str:
-        return (f"<b>tenferro Tensor</b> shape {self.shape}, {self.scalar_type.name}, device "
-                f"{self.device}, {self.nbytes} bytes <small>(values: <code>t.preview()</code>, "
-                f"which waits for the stream)</small>")
+        return (
+            f"<b>tenferro Tensor</b> shape {self.shape}, {self.scalar_type.name}, device "
+            f"{self.device}, {self.nbytes} bytes <small>(values: <code>t.preview()</code>, "
+            f"which waits for the stream)</small>"
+        )

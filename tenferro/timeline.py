@@ -45,8 +45,7 @@ class Timeline:
         return self.state.session
 
     def __init__(self, state: Any, max_launches: int = MAX_LAUNCHES) -> None:
-        if not isinstance(max_launches, int) or isinstance(max_launches, bool) or \
-                max_launches < 1:
+        if not isinstance(max_launches, int) or isinstance(max_launches, bool) or max_launches < 1:
             raise ValidationError(f"session.timeline: {max_launches=} must be an int >= 1")
         self.state = state
         self.max_launches = max_launches
@@ -78,9 +77,13 @@ class Timeline:
             if exc is None and pending and not st.faulted:  # a fault was reported once already
                 st.synchronize("session.synchronize")  # events are read once passed
                 self.launches = [
-                    TimedLaunch(display_name(kernel), *_config_fields(config),
-                                _driver.event_elapsed_ms(start, end, "session.timeline") * 1e3)
-                    for start, end, kernel, config in pending]
+                    TimedLaunch(
+                        display_name(kernel),
+                        *_config_fields(config),
+                        _driver.event_elapsed_ms(start, end, "session.timeline") * 1e3,
+                    )
+                    for start, end, kernel, config in pending
+                ]
         finally:
             self._free(pending)
 
@@ -144,8 +147,10 @@ class Timeline:
     def __repr__(self) -> str:
         lines = [f"Timeline({self._note()})"]
         for t in self.launches:
-            lines.append(f"  {t.kernel:<24} {_dims(t.grid):>14} {_dims(t.block):>12} "
-                         f"{_shared(t.shared_mem_bytes):>8} {t.microseconds:10.2f} µs")
+            lines.append(
+                f"  {t.kernel:<24} {_dims(t.grid):>14} {_dims(t.block):>12} "
+                f"{_shared(t.shared_mem_bytes):>8} {t.microseconds:10.2f} µs"
+            )
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -157,10 +162,13 @@ class Timeline:
             f"<td style='text-align:right'>{t.microseconds:.2f}</td><td>"
             f"<svg width='160' height='10'><rect width='{160 * t.microseconds / longest:.1f}' "
             f"height='10' fill='#4c72b0'/></svg></td></tr>"
-            for t in self.launches)
-        return (f"<b>Timeline</b>: {html.escape(self._note())}<table><tr><th>kernel</th>"
-                f"<th>grid</th><th>block</th><th>shared memory</th><th>µs</th><th></th></tr>"
-                f"{rows}</table>")
+            for t in self.launches
+        )
+        return (
+            f"<b>Timeline</b>: {html.escape(self._note())}<table><tr><th>kernel</th>"
+            f"<th>grid</th><th>block</th><th>shared memory</th><th>µs</th><th></th></tr>"
+            f"{rows}</table>"
+        )
 
 
 def _config_fields(config: Any) -> tuple[Any, Any, Any]:

@@ -34,8 +34,9 @@ from typing import Any
 try:
     import torch
 except ImportError as exc:  # pragma: no cover - the message is what a user without torch sees
-    raise ImportError("tenferro.torch needs PyTorch (pip install torch); the rest of tenferro "
-                      "works without it") from exc
+    raise ImportError(
+        "tenferro.torch needs PyTorch (pip install torch); the rest of tenferro works without it"
+    ) from exc
 
 from . import _driver, scope
 from .errors import ValidationError
@@ -96,9 +97,13 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     return fn(s, *args, **kwargs)
 
 
-def op(name: str, *, mutates_args: str | Sequence[str],
-       device_types: str | Sequence[str] = "cuda",
-       schema: str | None = None) -> Callable[[Callable[..., Any]], Any]:
+def op(
+    name: str,
+    *,
+    mutates_args: str | Sequence[str],
+    device_types: str | Sequence[str] = "cuda",
+    schema: str | None = None,
+) -> Callable[[Callable[..., Any]], Any]:
     """Make a function that launches tenferro kernels a torch operator (a decorator).
 
     ``name`` is ``"namespace::name"``; ``mutates_args`` the parameters the kernels write (or
@@ -116,10 +121,13 @@ def op(name: str, *, mutates_args: str | Sequence[str],
             raise ValidationError(f"{opname}: expected a function, got {type(fn).__name__}")
         sig = inspect.signature(fn, eval_str=True)
         params = list(sig.parameters.values())
-        if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
-                                                 inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            raise ValidationError(f"{opname}: {fn.__name__} must take the session as its first "
-                                  "parameter")
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise ValidationError(
+                f"{opname}: {fn.__name__} must take the session as its first parameter"
+            )
 
         def impl(*args: Any, **kwargs: Any) -> Any:
             return _call(fn, args, kwargs)
@@ -127,8 +135,9 @@ def op(name: str, *, mutates_args: str | Sequence[str],
         impl.__name__, impl.__qualname__ = fn.__name__, fn.__qualname__
         impl.__module__, impl.__doc__ = fn.__module__, fn.__doc__
         impl.__signature__ = sig.replace(parameters=params[1:])  # type: ignore[attr-defined]
-        custom = torch.library.custom_op(name, impl, mutates_args=mutates_args,
-                                         device_types=device_types, schema=schema)
+        custom = torch.library.custom_op(
+            name, impl, mutates_args=mutates_args, device_types=device_types, schema=schema
+        )
         if sig.return_annotation in (None, type(None)):
             custom.register_fake(_returns_nothing)
         return custom

@@ -19,8 +19,15 @@ from .errors import BackendError, KernelFault, ValidationError
 from .mangling import CType, demangle
 from .spans import DeviceBytes, TensorMut, c_strides
 
-__all__ = ["Variable", "by_c_name", "listed", "module_variable", "probe_expressions",
-           "ptx_variables", "with_c_types"]
+__all__ = [
+    "Variable",
+    "by_c_name",
+    "listed",
+    "module_variable",
+    "probe_expressions",
+    "ptx_variables",
+    "with_c_types",
+]
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,11 @@ def _c_name(name: str) -> str:
     except (ValueError, IndexError):
         return name
     # An anonymous namespace is mangled as _INTERNAL_<file>::_GLOBAL__N_<file>.
-    return "::".join("(anonymous namespace)" if p.startswith("_GLOBAL__N") else p
-                     for p in parts if not p.startswith("_INTERNAL_"))
+    return "::".join(
+        "(anonymous namespace)" if p.startswith("_GLOBAL__N") else p
+        for p in parts
+        if not p.startswith("_INTERNAL_")
+    )
 
 
 def by_c_name(variables: dict[str, Variable]) -> list[Variable]:
@@ -81,17 +91,29 @@ def listed(variables: dict[str, Variable]) -> str:
 
 _PTX_VARIABLE = re.compile(
     r"^[ \t]*(?:\.visible[ \t]+|\.weak[ \t]+)?\.(global|const)[ \t]+(?:\.align[ \t]+\d+[ \t]+)?"
-    r"\.(\w+)[ \t]+([\w$]+)[ \t]*(?:\[(\d+)\])?", re.M)
-_PTX_TYPES = {"u8": "u8", "s8": "i8", "u16": "u16", "s16": "i16", "u32": "u32", "s32": "i32",
-              "u64": "u64", "s64": "i64", "f16": "f16", "f32": "f32", "f64": "f64"}
+    r"\.(\w+)[ \t]+([\w$]+)[ \t]*(?:\[(\d+)\])?",
+    re.M,
+)
+_PTX_TYPES = {
+    "u8": "u8",
+    "s8": "i8",
+    "u16": "u16",
+    "s16": "i16",
+    "u32": "u32",
+    "s32": "i32",
+    "u64": "u64",
+    "s64": "i64",
+    "f16": "f16",
+    "f32": "f32",
+    "f64": "f64",
+}
 _PTX_BITS = {"b8": 1, "b16": 2, "b32": 4, "b64": 8}
 
 
 # What the compiler and CUDA's math library define (string literals, sinf's tables).
 _NOT_THE_SOURCES = ("$", "__cudart_", "__nv_")
 # The toolkit's headers define hundreds (CCCL's static members): not the source's own.
-_TOOLKIT_NAMESPACES = ("cuda::", "std::", "cub::", "thrust::", "cooperative_groups::",
-                       "nvcuda::")
+_TOOLKIT_NAMESPACES = ("cuda::", "std::", "cub::", "thrust::", "cooperative_groups::", "nvcuda::")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -121,8 +143,11 @@ def ptx_variables(ptx: str, source: str | None = None) -> dict[str, Variable]:
 
 def _the_sources(name: str, words: set[str]) -> bool:
     c_name = _c_name(name)
-    return "<" not in c_name and not c_name.startswith(_TOOLKIT_NAMESPACES) and \
-        c_name.rsplit("::", 1)[-1] in words
+    return (
+        "<" not in c_name
+        and not c_name.startswith(_TOOLKIT_NAMESPACES)
+        and c_name.rsplit("::", 1)[-1] in words
+    )
 
 
 # Instantiated on ``decltype(&variable)``: its lowered name spells the variable's C type.
@@ -198,9 +223,11 @@ def _find(module: Any, name: str, op: str) -> Variable | None:
     if not found and not name.startswith("::"):
         found = [v for v in variables.values() if v.c_name.endswith("::" + wanted)]
     if len(found) > 1:
-        raise ValidationError(f"{op}: {name!r} names several variables of this module: "
-                              f"{', '.join(sorted(v.c_name for v in found))}; give the "
-                              "qualified name")
+        raise ValidationError(
+            f"{op}: {name!r} names several variables of this module: "
+            f"{', '.join(sorted(v.c_name for v in found))}; give the "
+            "qualified name"
+        )
     return found[0] if found else None
 
 
@@ -229,25 +256,32 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
         if exc.result_name != "CUDA_ERROR_NOT_FOUND":
             raise
         have = ", ".join(v.c_name for v in by_c_name(module.variables)) or "none known"
-        raise ValidationError(f"{op}: {name!r} is not a variable of this module (it has: "
-                              f"{have})") from None
+        raise ValidationError(
+            f"{op}: {name!r} is not a variable of this module (it has: {have})"
+        ) from None
     if declared is not None and declared.scalar_type is not None:
         t = declared.scalar_type
         if want is not None and want is not t:
-            raise ValidationError(f"{op}: dtype={want.name} was asked but {name!r} is "
-                                  f"{declared.c_type or t.name}")
+            raise ValidationError(
+                f"{op}: dtype={want.name} was asked but {name!r} is {declared.c_type or t.name}"
+            )
         if nbytes != declared.nbytes:
-            raise BackendError(f"{op}: the driver gives {name!r} {nbytes} bytes; its "
-                               f"declaration {declared.declaration()} has {declared.nbytes}")
-        return TensorMut(ptr, declared.shape, c_strides(declared.shape, t.itemsize), t,
-                         st.device, module, st)
+            raise BackendError(
+                f"{op}: the driver gives {name!r} {nbytes} bytes; its "
+                f"declaration {declared.declaration()} has {declared.nbytes}"
+            )
+        return TensorMut(
+            ptr, declared.shape, c_strides(declared.shape, t.itemsize), t, st.device, module, st
+        )
     if want is None:
         return DeviceBytes(ptr, (nbytes,), (1,), dtypes.by_name("u8"), st.device, module, st)
     t = want
     if nbytes % t.itemsize:
-        raise ValidationError(f"{op}: {name!r} has {nbytes} bytes, not a whole number of "
-                              f"{t.name} elements")
+        raise ValidationError(
+            f"{op}: {name!r} has {nbytes} bytes, not a whole number of {t.name} elements"
+        )
     if ptr % t.itemsize:
-        raise ValidationError(f"{op}: {name!r} is not aligned to {t.itemsize} bytes, as "
-                              f"{t.name} elements must be")
+        raise ValidationError(
+            f"{op}: {name!r} is not aligned to {t.itemsize} bytes, as {t.name} elements must be"
+        )
     return TensorMut(ptr, (nbytes // t.itemsize,), (t.itemsize,), t, st.device, module, st)

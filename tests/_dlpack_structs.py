@@ -34,8 +34,11 @@ class DLTensor(ctypes.Structure):
 class DLManagedTensor(ctypes.Structure):
     """dlpack.h DLManagedTensor (legacy, before 1.0)."""
 
-    _fields_ = (("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p))
+    _fields_ = (
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    )
 
 
 class DLPackVersion(ctypes.Structure):
@@ -47,9 +50,13 @@ class DLPackVersion(ctypes.Structure):
 class DLManagedTensorVersioned(ctypes.Structure):
     """dlpack.h DLManagedTensorVersioned (1.0 and later)."""
 
-    _fields_ = (("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
-                ("dl_tensor", DLTensor))
+    _fields_ = (
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    )
 
 
 # The package reads and writes the same layouts with struct formats: they must agree.

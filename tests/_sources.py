@@ -2,7 +2,7 @@
 
 from numba import cuda
 
-AXPY = r'''
+AXPY = r"""
 extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
@@ -26,7 +26,7 @@ extern "C" __global__ void gather2d(double* out, const double* x, long long rs, 
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (r < rows && c < cols) out[r * cols + c] = x[r * rs + c * cs];
 }
-'''
+"""
 
 
 def scale_add(out, x, a, n):
@@ -41,13 +41,15 @@ N = 50_001  # elements of the bound-launch and graph tests: not a multiple of a 
 
 def raw_and_numba_axpy(session):
     """The CUDA C axpy and the numba scale_add of ``session``, ready to launch."""
-    return (session.compile(AXPY).function("axpy"),
-            session.numba_kernel(scale_add, "void(float32[::1], float32[::1], float32, int64)"))
+    return (
+        session.compile(AXPY).function("axpy"),
+        session.numba_kernel(scale_add, "void(float32[::1], float32[::1], float32, int64)"),
+    )
 
 
 # C++ linkage, cooperative groups, an overload and a namespace: a kernel file as people write
 # them, compiled unchanged and found by its kernels' own names.
-CPP_KERNELS = r'''
+CPP_KERNELS = r"""
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 namespace cg = cooperative_groups;
@@ -91,4 +93,4 @@ __global__ void add_bias(float* y, const float* b, size_t n, unsigned long cols)
     if (i < n) y[i] += b[i % cols];
 }
 }  // namespace ops
-'''
+"""

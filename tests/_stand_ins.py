@@ -11,8 +11,9 @@ class RecordsFaults:
 
     def record_fault(self, exc):
         self.faults.append(exc)
-        return tf.KernelFault(f"{exc}; last launches: ['k']", exc.result_name, exc.result_code,
-                              ("k",))
+        return tf.KernelFault(
+            f"{exc}; last launches: ['k']", exc.result_name, exc.result_code, ("k",)
+        )
 
 
 class ImportingSession:
@@ -23,8 +24,7 @@ class ImportingSession:
     def __init__(self):
         import threading
 
-        self.fast_path_ok, self.thread, self.device, self.stream = \
-            True, threading.get_ident(), 0, 7
+        self.fast_path_ok, self.thread, self.device, self.stream = True, threading.get_ident(), 0, 7
         self.ordering = self.liveness = self
         self.pending, self.deferred, self.held, self.capturing = [], [], [], False
         self.in_order_with = frozenset((7,))  # a non-blocking stream: ordered with itself only
@@ -82,10 +82,13 @@ class TwoDevices:
             "cuMemPoolSetAttribute": lambda pool, attr, value: (ok,),
             "cuCtxPushCurrent": lambda ctx: self.asked.append(("push", int(ctx))) or (ok,),
             "cuCtxPopCurrent": lambda: self.asked.append(("pop",)) or (ok, cu.CUcontext(0)),
-            "cuDeviceCanAccessPeer": lambda dev, peer: self.asked.append(
-                ("can", int(dev), int(peer))) or (ok, int((int(dev), int(peer)) in self.peers)),
-            "cuCtxEnablePeerAccess": lambda ctx, flags: self.asked.append(
-                ("enable", int(ctx), flags)) or (self.enable_result,),
+            "cuDeviceCanAccessPeer": lambda dev, peer: (
+                self.asked.append(("can", int(dev), int(peer)))
+                or (ok, int((int(dev), int(peer)) in self.peers))
+            ),
+            "cuCtxEnablePeerAccess": lambda ctx, flags: (
+                self.asked.append(("enable", int(ctx), flags)) or (self.enable_result,)
+            ),
         }
         for name, call in calls.items():
             monkeypatch.setattr(cu, name, call)
@@ -109,10 +112,12 @@ class MemorySession:
         self.capturing, self.calls, self.held, self.allocated = capturing, [], [], 0
         self.spare = []  # the small blocks kept for reuse, as Liveness keeps them
         self.next_ptr = 0x10000
-        monkeypatch.setattr(_driver, "memset_d8_async",
-                            lambda *a: self.calls.append(("memset", *a)))
-        monkeypatch.setattr(_driver, "memcpy_htod_async",
-                            lambda *a: self.calls.append(("htod", *a)))
+        monkeypatch.setattr(
+            _driver, "memset_d8_async", lambda *a: self.calls.append(("memset", *a))
+        )
+        monkeypatch.setattr(
+            _driver, "memcpy_htod_async", lambda *a: self.calls.append(("htod", *a))
+        )
         monkeypatch.setattr(_driver, "mem_free_async", lambda *a: self.calls.append(("free", *a)))
 
     def check_use(self, op):

@@ -54,12 +54,28 @@ def session(device):
 class CAI:
     """A hand-made __cuda_array_interface__ producer over any memory, for exact control."""
 
-    def __init__(self, ptr, shape, typestr, strides=None, readonly=False, version=3,
-                 stream=None, mask=None, keep=None):
+    def __init__(
+        self,
+        ptr,
+        shape,
+        typestr,
+        strides=None,
+        readonly=False,
+        version=3,
+        stream=None,
+        mask=None,
+        keep=None,
+    ):
         self.keep = keep
         self.__cuda_array_interface__ = {
-            "shape": tuple(shape), "typestr": typestr, "data": (ptr, readonly),
-            "strides": strides, "version": version, "stream": stream, "mask": mask}
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "data": (ptr, readonly),
+            "strides": strides,
+            "version": version,
+            "stream": stream,
+            "mask": mask,
+        }
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import tenferro as tf
 from tenferro.args import ParamBlock
 from tenferro.signature import parse_ptx, refine_with_source
 
-SRC = r'''
+SRC = r"""
 extern "C" __global__ void k(float* y, const float* x, float a, unsigned n, double d,
                              long long q) {}
-'''
+"""
 PTX_ONLY = """
 .visible .entry raw(.param .u64 raw_param_0, .param .u32 raw_param_1, .param .f32 raw_param_2)
 { ret; }
@@ -32,10 +32,19 @@ def _read(block, i, fmt):
     return struct.unpack_from(fmt, ctypes.string_at(ctypes.addressof(block._buf) + off, 16))[0]
 
 
-@pytest.mark.parametrize("make,value", [
-    (tf.u8, 256), (tf.u8, -1), (tf.i8, 128), (tf.i16, -32769), (tf.u32, 1 << 32),
-    (tf.i32, 1 << 31), (tf.u64, -1), (tf.i64, 1 << 63),
-])
+@pytest.mark.parametrize(
+    "make,value",
+    [
+        (tf.u8, 256),
+        (tf.u8, -1),
+        (tf.i8, 128),
+        (tf.i16, -32769),
+        (tf.u32, 1 << 32),
+        (tf.i32, 1 << 31),
+        (tf.u64, -1),
+        (tf.i64, 1 << 63),
+    ],
+)
 def test_integer_scalars_refuse_out_of_range(make, value):
     with pytest.raises(tf.ValidationError, match=rf"tf\.{make.__name__}: .*out of range"):
         make(value)
@@ -103,7 +112,7 @@ def test_scalars_pack_exact_bits():
     assert tf.f16(1.0).data == bytes.fromhex("003c")
     assert tf.f16(-2.5).data == bytes.fromhex("00c1")
     assert tf.f16(65504.0).data == bytes.fromhex("ff7b")
-    assert tf.f16(2.0 ** -24).data == bytes.fromhex("0100")  # the smallest subnormal
+    assert tf.f16(2.0**-24).data == bytes.fromhex("0100")  # the smallest subnormal
     assert tf.f64(1.0).data == bytes.fromhex("000000000000f03f")
     assert tf.i64(-5).data == bytes.fromhex("fbffffffffffffff")
     assert tf.u16(0xABCD).data == bytes.fromhex("cdab")
@@ -115,18 +124,24 @@ def test_scalars_pack_exact_bits():
 
 def _mut(ptr, n=4):
     from tenferro.dtypes import by_name
+
     return tf.TensorMut(ptr, (n,), (4,), by_name("f32"), 0, None, None)
 
 
 def _ref(ptr, n=4):
     from tenferro.dtypes import by_name
+
     return tf.TensorRef(ptr, (n,), (4,), by_name("f32"), 0, None, None)
 
 
 def test_pack_writes_values_in_place(rng):
     b = _block()
-    a, n, d, q = float(rng.standard_normal()), int(rng.integers(1, 1 << 31)), \
-        float(rng.standard_normal()), int(rng.integers(-(1 << 62), 1 << 62))
+    a, n, d, q = (
+        float(rng.standard_normal()),
+        int(rng.integers(1, 1 << 31)),
+        float(rng.standard_normal()),
+        int(rng.integers(-(1 << 62), 1 << 62)),
+    )
     b.pack([_mut(0x1000), _ref(0x2000), tf.f32(a), tf.u32(n), d, q], None, "session.launch")
     assert _read(b, 0, "<Q") == 0x1000 and _read(b, 1, "<Q") == 0x2000
     assert _read(b, 2, "<f") == np.float32(a)
@@ -134,46 +149,83 @@ def test_pack_writes_values_in_place(rng):
     assert _read(b, 4, "<d") == d  # a Python float where the type is known: f64
     assert _read(b, 5, "<q") == q
     # numpy scalars keep their exact width
-    b.pack([_mut(0x100), _ref(0x200), np.float32(a), np.uint32(n), np.float64(d), np.int64(q)],
-           None, "session.launch")
-    assert (_read(b, 2, "<f"), _read(b, 3, "<I"), _read(b, 4, "<d"), _read(b, 5, "<q")) == \
-        (np.float32(a), n, d, q)
+    b.pack(
+        [_mut(0x100), _ref(0x200), np.float32(a), np.uint32(n), np.float64(d), np.int64(q)],
+        None,
+        "session.launch",
+    )
+    assert (_read(b, 2, "<f"), _read(b, 3, "<I"), _read(b, 4, "<d"), _read(b, 5, "<q")) == (
+        np.float32(a),
+        n,
+        d,
+        q,
+    )
     quiet_less = np.array([0x7F800001], np.uint32).view(np.float32)[0]  # a signalling NaN
-    b.pack([_mut(0x100), _ref(0x200), quiet_less, np.uint32(n), np.float64(d), np.int64(q)],
-           None, "session.launch")
+    b.pack(
+        [_mut(0x100), _ref(0x200), quiet_less, np.uint32(n), np.float64(d), np.int64(q)],
+        None,
+        "session.launch",
+    )
     assert _read(b, 2, "<I") == 0x7F800001  # its bits as they were, not made quiet
 
 
-@pytest.mark.parametrize("args,pattern", [
-    ([tf.u64(1), tf.u64(2), tf.f32(1), 3, 1.0, 1],
-     r"session\.launch: args\[0\] 'y' is a u64 scalar, the kernel takes float\*$"),
-    ([_mut(0x1000), _ref(0x1000), tf.f32(1), 3, 1.0, 1],
-     r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorRef\) overlap"),
-    ([_mut(0x1000), _mut(0x1004), tf.f32(1), 3, 1.0, 1],
-     r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap"),
-    ([tf.KernelArg.pointer(_mut(0x1000)), _mut(0x1000), tf.f32(1), 3, 1.0, 1],
-     r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap"),
-    ([_mut(0x1000), _ref(0x1000), tf.f32(1), _ref(0x1000), 1.0, 1],
-     r"session\.launch: args\[3\] 'n' is a TensorRef \(pointer\), the kernel takes "
-     r"unsigned int$"),
-    ([tf.u64(1)], r"session\.launch: kernel 'k' takes 6 argument\(s\), got 1"),
-    ([_mut(1), _ref(64), tf.u32(3), tf.u32(4), 1.0, 1],
-     r"session\.launch: args\[2\] 'a' is a u32 scalar, the kernel takes float$"),
-    ([_mut(1), _ref(64), tf.f32(1), tf.u64(4), 1.0, 1],
-     r"session\.launch: args\[3\] 'n' is a u64 scalar, the kernel takes unsigned int$"),
-    ([tf.u32(1), _ref(64), tf.f32(1), tf.u32(4), 1.0, 1],
-     r"session\.launch: args\[0\] 'y' is a u32 scalar, the kernel takes float\*$"),
-    ([_mut(1), _ref(64), tf.f32(1), 1.5, 1.0, 1],
-     r"session\.launch: args\[3\] is a bare Python float"),
-    ([_mut(1), _ref(64), tf.f32(1), 1 << 32, 1.0, 1],
-     r"session\.launch: args\[3\]: 4294967296 is out of range for u32"),
-    ([_mut(1), _ref(64), 1e39, 3, 1.0, 1], r"session\.launch: args\[2\].*overflows f32"),
-    ([_mut(1), _ref(64), tf.f32(1), 3, 1.0, "x"],
-     r"session\.launch: args\[5\] is str; expected a span"),
-    ([_mut(1), _ref(64), np.float64(1), 3, 1.0, 1],
-     r"session\.launch: args\[2\] 'a' is a numpy float64 scalar, the kernel takes "
-     r"float$"),
-])
+@pytest.mark.parametrize(
+    "args,pattern",
+    [
+        (
+            [tf.u64(1), tf.u64(2), tf.f32(1), 3, 1.0, 1],
+            r"session\.launch: args\[0\] 'y' is a u64 scalar, the kernel takes float\*$",
+        ),
+        (
+            [_mut(0x1000), _ref(0x1000), tf.f32(1), 3, 1.0, 1],
+            r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorRef\) overlap",
+        ),
+        (
+            [_mut(0x1000), _mut(0x1004), tf.f32(1), 3, 1.0, 1],
+            r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap",
+        ),
+        (
+            [tf.KernelArg.pointer(_mut(0x1000)), _mut(0x1000), tf.f32(1), 3, 1.0, 1],
+            r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] \(TensorMut\) overlap",
+        ),
+        (
+            [_mut(0x1000), _ref(0x1000), tf.f32(1), _ref(0x1000), 1.0, 1],
+            r"session\.launch: args\[3\] 'n' is a TensorRef \(pointer\), the kernel takes "
+            r"unsigned int$",
+        ),
+        ([tf.u64(1)], r"session\.launch: kernel 'k' takes 6 argument\(s\), got 1"),
+        (
+            [_mut(1), _ref(64), tf.u32(3), tf.u32(4), 1.0, 1],
+            r"session\.launch: args\[2\] 'a' is a u32 scalar, the kernel takes float$",
+        ),
+        (
+            [_mut(1), _ref(64), tf.f32(1), tf.u64(4), 1.0, 1],
+            r"session\.launch: args\[3\] 'n' is a u64 scalar, the kernel takes unsigned int$",
+        ),
+        (
+            [tf.u32(1), _ref(64), tf.f32(1), tf.u32(4), 1.0, 1],
+            r"session\.launch: args\[0\] 'y' is a u32 scalar, the kernel takes float\*$",
+        ),
+        (
+            [_mut(1), _ref(64), tf.f32(1), 1.5, 1.0, 1],
+            r"session\.launch: args\[3\] is a bare Python float",
+        ),
+        (
+            [_mut(1), _ref(64), tf.f32(1), 1 << 32, 1.0, 1],
+            r"session\.launch: args\[3\]: 4294967296 is out of range for u32",
+        ),
+        ([_mut(1), _ref(64), 1e39, 3, 1.0, 1], r"session\.launch: args\[2\].*overflows f32"),
+        (
+            [_mut(1), _ref(64), tf.f32(1), 3, 1.0, "x"],
+            r"session\.launch: args\[5\] is str; expected a span",
+        ),
+        (
+            [_mut(1), _ref(64), np.float64(1), 3, 1.0, 1],
+            r"session\.launch: args\[2\] 'a' is a numpy float64 scalar, the kernel takes "
+            r"float$",
+        ),
+    ],
+)
 def test_abi_mismatches_are_refused(args, pattern):
     with pytest.raises(tf.ValidationError, match=pattern):
         _block().pack(args, None, "session.launch")
@@ -183,8 +235,11 @@ def test_python_numbers_refused_where_ptx_cannot_say():
     sig = parse_ptx(PTX_ONLY)["raw"]
     b = ParamBlock(sig)
     # .u64 may be a pointer: a bare int there is never guessed
-    with pytest.raises(tf.ValidationError, match=r"args\[0\] is a bare Python int .*pointer or "
-                                                 r"64-bit integer"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[0\] is a bare Python int .*pointer or "
+        r"64-bit integer",
+    ):
         b.pack([5, 1, 1.0], None, "session.launch")
     b.pack([tf.u64(5), -1, 1.0], None, "session.launch")  # 32-bit width known, sign not
     assert _read(b, 1, "<I") == 0xFFFFFFFF
@@ -193,8 +248,8 @@ def test_python_numbers_refused_where_ptx_cannot_say():
 
 
 def test_struct_args_checked_by_size():
-    src = r'''struct P { float a; int b; double c; };
-    extern "C" __global__ void s(P p, float* o) {}'''
+    src = r"""struct P { float a; int b; double c; };
+    extern "C" __global__ void s(P p, float* o) {}"""
     b = _block(src, "s")
 
     class P(ctypes.Structure):
@@ -202,32 +257,44 @@ def test_struct_args_checked_by_size():
 
     b.pack([tf.KernelArg.struct(P(1.5, 2, 3.25)), _mut(8)], None, "session.launch")
     assert _read(b, 0, "<f") == 1.5
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] 'p' is a struct of "
-                                                 r"8 bytes, the kernel takes P \(16 bytes, "
-                                                 r"aligned to 8\)$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[0\] 'p' is a struct of "
+        r"8 bytes, the kernel takes P \(16 bytes, "
+        r"aligned to 8\)$",
+    ):
         b.pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
     ptx = parse_ptx(".entry s(.param .align 8 .b8 s_param_0[16], .param .u64 s_param_1)")["s"]
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] expects 16-byte "
-                                                 r"struct aligned to 8, got 8-byte struct$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[0\] expects 16-byte "
+        r"struct aligned to 8, got 8-byte struct$",
+    ):
         ParamBlock(ptx).pack([tf.KernelArg.struct(b"\0" * 8), _mut(8)], None, "session.launch")
     # An alignment, when given, must be the parameter's: 8 is, 4 and 16 are not.
     b.pack([tf.KernelArg.struct(P(2.5, 2, 3.25), align=8), _mut(8)], None, "session.launch")
     assert _read(b, 0, "<f") == 2.5
     for wrong in (4, 16):
-        with pytest.raises(tf.ValidationError, match=rf"session\.launch: args\[0\] 'p' is a "
-                                                     rf"struct of 16 bytes, aligned to {wrong}, "
-                                                     rf"the kernel takes P \(16 bytes, aligned "
-                                                     rf"to 8\)$"):
-            b.pack([tf.KernelArg.struct(P(9.0, 2, 3.25), align=wrong), _mut(8)], None,
-                   "session.launch")
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"session\.launch: args\[0\] 'p' is a "
+            rf"struct of 16 bytes, aligned to {wrong}, "
+            rf"the kernel takes P \(16 bytes, aligned "
+            rf"to 8\)$",
+        ):
+            b.pack(
+                [tf.KernelArg.struct(P(9.0, 2, 3.25), align=wrong), _mut(8)], None, "session.launch"
+            )
     assert _read(b, 0, "<f") == 2.5  # the refused structs wrote nothing
 
 
 @pytest.mark.parametrize("align", [0, -1, 3, 512, 2.0, True])
 def test_struct_alignment_must_be_a_power_of_two(align):
-    with pytest.raises(tf.ValidationError,
-                       match=rf"KernelArg\.struct: align={align!r} must be None or a power of "
-                             r"two from 1 to 256"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"KernelArg\.struct: align={align!r} must be None or a power of "
+        r"two from 1 to 256",
+    ):
         tf.KernelArg.struct(b"\0" * 4, align=align)
     assert tf.KernelArg.struct(b"\0" * 4, align=256).align == 256  # the last accepted
     assert tf.KernelArg.struct(b"\0", align=1).align == 1
@@ -244,8 +311,11 @@ def test_empty_struct_is_refused():
 def test_kernelarg_factories_refuse_bad_input():
     with pytest.raises(tf.ValidationError, match=r"KernelArg\.pointer: span must be"):
         tf.KernelArg.pointer(np.zeros(3))
-    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.struct: data must be bytes, a "
-                                                 r"numpy array or a ctypes\.Structure, got int$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^KernelArg\.struct: data must be bytes, a "
+        r"numpy array or a ctypes\.Structure, got int$",
+    ):
         tf.KernelArg.struct(3)
     arr = np.array([1, -2], np.int32)
     assert tf.KernelArg.struct(arr).data == arr.tobytes()
@@ -268,8 +338,11 @@ def test_repeated_arguments_skip_rechecks_but_any_change_is_checked():
     spans = b.pack(args, None, "session.launch")
     assert b.pack(args, None, "session.launch") is spans  # same objects: nothing re-checked
     args[2] = tf.f64(1.0)  # the same list, one element changed: checked again
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] 'a' is an f64 "
-                                                 r"scalar, the kernel takes float$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[2\] 'a' is an f64 "
+        r"scalar, the kernel takes float$",
+    ):
         b.pack(args, None, "session.launch")
     args[2] = tf.f32(3.0)
     b.pack(args, None, "session.launch")
@@ -278,13 +351,16 @@ def test_repeated_arguments_skip_rechecks_but_any_change_is_checked():
         b.pack([y, _ref(0x1000), *args[2:]], None, "session.launch")
 
 
-@pytest.mark.parametrize(("make", "accepted", "refused"), [
-    # The largest value that rounds to the type's maximum, and the first that rounds past it.
-    (tf.f16, 65519.0, 65520.0),
-    (tf.f16, -65519.0, -65520.0),
-    (tf.f32, float(np.nextafter(2.0**128 - 2.0**103, 0)), 2.0**128 - 2.0**103),
-    (tf.bf16, 2.0**128 - 2.0**119 - 2.0**104, 2.0**128 - 2.0**119),
-])
+@pytest.mark.parametrize(
+    ("make", "accepted", "refused"),
+    [
+        # The largest value that rounds to the type's maximum, and the first that rounds past it.
+        (tf.f16, 65519.0, 65520.0),
+        (tf.f16, -65519.0, -65520.0),
+        (tf.f32, float(np.nextafter(2.0**128 - 2.0**103, 0)), 2.0**128 - 2.0**103),
+        (tf.bf16, 2.0**128 - 2.0**119 - 2.0**104, 2.0**128 - 2.0**119),
+    ],
+)
 def test_floats_are_refused_only_where_they_round_to_infinity(make, accepted, refused):
     bits = make(accepted).data
     maxima = {"f16": np.finfo(np.float16).max, "f32": np.finfo(np.float32).max}
@@ -293,27 +369,46 @@ def test_floats_are_refused_only_where_they_round_to_infinity(make, accepted, re
         assert abs(float(got)) == float(maxima[make.__name__])
     else:
         assert bits == b"\x7f\x7f"  # bf16's largest finite value, 0x7F7F
-    with pytest.raises(tf.ValidationError, match=rf"tf\.{make.__name__}: .* overflows "
-                                                 rf"{make.__name__} \(it rounds past "):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"tf\.{make.__name__}: .* overflows "
+        rf"{make.__name__} \(it rounds past ",
+    ):
         make(refused)
 
 
-@pytest.mark.parametrize(("make", "value"), [
-    (tf.f32, 2**1024), (tf.f64, 10**400), (tf.f16, -(10**400)), (tf.bf16, 2**2000),
-])
+@pytest.mark.parametrize(
+    ("make", "value"),
+    [
+        (tf.f32, 2**1024),
+        (tf.f64, 10**400),
+        (tf.f16, -(10**400)),
+        (tf.bf16, 2**2000),
+    ],
+)
 def test_ints_past_float64_are_refused_not_overflowerror(make, value):
     digits = len(str(abs(value)))
-    with pytest.raises(tf.ValidationError, match=rf"^tf\.{make.__name__}: an integer of {digits} "
-                                                 rf"digits overflows {make.__name__}$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^tf\.{make.__name__}: an integer of {digits} "
+        rf"digits overflows {make.__name__}$",
+    ):
         make(value)
     assert make(float(np.finfo(np.float16).max)).data  # an ordinary value still packs
 
 
 # --- the scalar factories on any input: the value's exact bits, or a named refusal ------------
 
-_INT_RANGES = {"u8": (0, 255), "u16": (0, 65535), "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1),
-               "i8": (-128, 127), "i16": (-(2**15), 2**15 - 1), "i32": (-(2**31), 2**31 - 1),
-               "i64": (-(2**63), 2**63 - 1)}
+_INT_RANGES = {
+    "u8": (0, 255),
+    "u16": (0, 65535),
+    "u32": (0, 2**32 - 1),
+    "u64": (0, 2**64 - 1),
+    "i8": (-128, 127),
+    "i16": (-(2**15), 2**15 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i64": (-(2**63), 2**63 - 1),
+}
 
 
 @settings(max_examples=300, deadline=None)
@@ -325,8 +420,11 @@ def test_int_factories_take_exactly_their_range(name, v):
         got = int.from_bytes(make(v).data, "little", signed=name.startswith("i"))
         assert got == v and len(make(v).data) * 8 == int(name[1:])
     else:
-        with pytest.raises(tf.ValidationError, match=rf"tf\.{name}: {v} is out of range for "
-                                                     rf"{name} \[{lo}, {hi}\]"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"tf\.{name}: {v} is out of range for "
+            rf"{name} \[{lo}, {hi}\]",
+        ):
             make(v)
 
 
@@ -334,9 +432,12 @@ _FLOAT_TYPES = {"f16": (np.float16, 10), "f32": (np.float32, 23), "f64": (np.flo
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(["f16", "f32", "f64", "bf16"]),
-       st.floats(allow_nan=True, allow_infinity=True) | st.floats(-70000.0, 70000.0)
-       | st.integers(-(2**1100), 2**1100))
+@given(
+    st.sampled_from(["f16", "f32", "f64", "bf16"]),
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.floats(-70000.0, 70000.0)
+    | st.integers(-(2**1100), 2**1100),
+)
 def test_float_factories_round_to_nearest_or_refuse_overflow(name, v):
     make = getattr(tf, name)
     try:
@@ -380,11 +481,11 @@ def test_int_factories_at_both_ends_of_their_range(name):
             make(v)
 
 
-TYPED = r'''#include <cuda_fp16.h>
+TYPED = r"""#include <cuda_fp16.h>
 extern "C" __global__ void t(float* y, const float* x, const double* d, void* v, const char* c,
                              unsigned char* u, float2* z, const __half* h, unsigned n, int i,
                              char ch, unsigned long long m) {}
-'''
+"""
 
 
 def _typed_args(**changes):
@@ -395,11 +496,20 @@ def _typed_args(**changes):
         t = by_name(t)
         return cls(ptr, (4,), (t.itemsize,), t, 0, None, _OURS)
 
-    args = dict(y=span(tf.TensorMut, 0x1000, "f32"), x=span(tf.TensorRef, 0x2000, "f32"),
-                d=span(tf.TensorRef, 0x3000, "f64"), v=span(tf.TensorMut, 0x4000, "f64"),
-                c=span(tf.TensorRef, 0x5000, "i32"), u=span(tf.TensorMut, 0x6000, "bf16"),
-                z=span(tf.TensorMut, 0x7000, "c64"), h=span(tf.TensorRef, 0x8000, "f16"),
-                n=tf.u32(7), i=tf.i32(-7), ch=tf.i8(-1), m=tf.u64(1 << 40))
+    args = dict(
+        y=span(tf.TensorMut, 0x1000, "f32"),
+        x=span(tf.TensorRef, 0x2000, "f32"),
+        d=span(tf.TensorRef, 0x3000, "f64"),
+        v=span(tf.TensorMut, 0x4000, "f64"),
+        c=span(tf.TensorRef, 0x5000, "i32"),
+        u=span(tf.TensorMut, 0x6000, "bf16"),
+        z=span(tf.TensorMut, 0x7000, "c64"),
+        h=span(tf.TensorRef, 0x8000, "f16"),
+        n=tf.u32(7),
+        i=tf.i32(-7),
+        ch=tf.i8(-1),
+        m=tf.u64(1 << 40),
+    )
     args.update(changes)
     return list(args.values())
 
@@ -412,15 +522,28 @@ def _signatures():
     from tenferro.dtypes import by_name
     from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT, Param, Signature
 
-    mixed = Signature("mixed", (
-        Param(PTR, 8, 8, writes=True, name="out"), Param(PTR, 8, 8, writes=False, name="in"),
-        Param(PTR_OR_INT, 8, 8), Param(FLOAT, 4, 4, by_name("f32")),
-        Param(INT, 4, 4, by_name("u32")), Param(INT, 8, 8), Param(FLOAT, 8, 8, by_name("f64")),
-        Param(BYTES, 12, 4), Param(OPAQUE, 8, 8), Param(PTR, 8, 8)), "test")
-    return [tf.compile_cuda(SRC).signatures["k"], parse_ptx(PTX_ONLY, "t")["raw"], mixed,
-            tf.compile_cuda(TYPED).signatures["t"]]
-
-
+    mixed = Signature(
+        "mixed",
+        (
+            Param(PTR, 8, 8, writes=True, name="out"),
+            Param(PTR, 8, 8, writes=False, name="in"),
+            Param(PTR_OR_INT, 8, 8),
+            Param(FLOAT, 4, 4, by_name("f32")),
+            Param(INT, 4, 4, by_name("u32")),
+            Param(INT, 8, 8),
+            Param(FLOAT, 8, 8, by_name("f64")),
+            Param(BYTES, 12, 4),
+            Param(OPAQUE, 8, 8),
+            Param(PTR, 8, 8),
+        ),
+        "test",
+    )
+    return [
+        tf.compile_cuda(SRC).signatures["k"],
+        parse_ptx(PTX_ONLY, "t")["raw"],
+        mixed,
+        tf.compile_cuda(TYPED).signatures["t"],
+    ]
 
 
 def _pool():
@@ -429,18 +552,45 @@ def _pool():
 
     ours, theirs = _OURS, object()
     f32 = by_name("f32")
-    spans = [cls(ptr, (4,), (4,), f32, 0, None, who) for cls in (tf.TensorMut, tf.TensorRef)
-             for ptr in (0x1000, 0x1008, 0x2000) for who in (ours, theirs)]
+    spans = [
+        cls(ptr, (4,), (4,), f32, 0, None, who)
+        for cls in (tf.TensorMut, tf.TensorRef)
+        for ptr in (0x1000, 0x1008, 0x2000)
+        for who in (ours, theirs)
+    ]
     spans.append(tf.DeviceBytes(0x3000, (16,), (1,), by_name("u8"), 0, None, ours))
-    spans += [cls(ptr, (2,), (t.itemsize,), t, 0, None, ours)
-              for cls, ptr in ((tf.TensorMut, 0x5000), (tf.TensorRef, 0x6000))
-              for t in map(by_name, ("f64", "c64", "f16", "bf16", "u8", "i32"))]
+    spans += [
+        cls(ptr, (2,), (t.itemsize,), t, 0, None, ours)
+        for cls, ptr in ((tf.TensorMut, 0x5000), (tf.TensorRef, 0x6000))
+        for t in map(by_name, ("f64", "c64", "f16", "bf16", "u8", "i32"))
+    ]
     spans.append(tf.TensorRef(0x7000, (4,), (4,), f32, 0, None, ours, True))  # read-only memory
-    values = [tf.f32(1.5), tf.f64(-2.0), tf.u32(7), tf.i32(-7), tf.u64(1 << 40), tf.i64(-3),
-              tf.f16(0.5), tf.u8(3), tf.i8(-3), tf.u64(3), 5, -1, 1 << 63, 2.5, True,
-              np.float32(1.25), np.int32(3),
-              np.uint32(9), np.int64(-4), tf.KernelArg.struct(b"x" * 12),
-              tf.KernelArg.struct(b"y" * 8), tf.KernelArg.pointer(spans[0]), "text", None]
+    values = [
+        tf.f32(1.5),
+        tf.f64(-2.0),
+        tf.u32(7),
+        tf.i32(-7),
+        tf.u64(1 << 40),
+        tf.i64(-3),
+        tf.f16(0.5),
+        tf.u8(3),
+        tf.i8(-3),
+        tf.u64(3),
+        5,
+        -1,
+        1 << 63,
+        2.5,
+        True,
+        np.float32(1.25),
+        np.int32(3),
+        np.uint32(9),
+        np.int64(-4),
+        tf.KernelArg.struct(b"x" * 12),
+        tf.KernelArg.struct(b"y" * 8),
+        tf.KernelArg.pointer(spans[0]),
+        "text",
+        None,
+    ]
     return spans + values
 
 
@@ -457,8 +607,11 @@ def _fitting(p, pool):
     """Arguments a parameter takes, so that a drawn list often gets to its last checks."""
     from tenferro.signature import BYTES, FLOAT, INT, OPAQUE, PTR, PTR_OR_INT
 
-    spans = [a for a in pool if isinstance(a, tf.TensorRef | tf.TensorMut | tf.DeviceBytes)
-             and a.state is _OURS]
+    spans = [
+        a
+        for a in pool
+        if isinstance(a, tf.TensorRef | tf.TensorMut | tf.DeviceBytes) and a.state is _OURS
+    ]
     if p.kind in (PTR, PTR_OR_INT) or (p.kind == OPAQUE and p.size == 8):
         return spans
     if p.kind == FLOAT:
@@ -480,15 +633,19 @@ def test_the_straight_line_pack_does_what_the_general_loop_does(data):
     args = []
     for i in range(length):
         fit = _fitting(sig.params[i], pool) if i < n else pool
-        args.append(data.draw(st.sampled_from(fit) if data.draw(st.integers(0, 9))
-                              else st.sampled_from(pool)))
+        args.append(
+            data.draw(
+                st.sampled_from(fit) if data.draw(st.integers(0, 9)) else st.sampled_from(pool)
+            )
+        )
     results = []
     for pack in (lambda b: b.pack(args, _OURS, "session.launch"), lambda b: _general(b, args)):
         b = ParamBlock(sig)
         try:
             spans = pack(b)
-            results.append(("ok", [id(sp) for sp in spans], bytes(b._mv),
-                            b.last_args == tuple(args)))
+            results.append(
+                ("ok", [id(sp) for sp in spans], bytes(b._mv), b.last_args == tuple(args))
+            )
         except tf.ValidationError as exc:
             results.append(("refused", str(exc), b.last_args))
     assert results[0] == results[1]
@@ -504,8 +661,10 @@ def test_the_usual_arguments_take_the_straight_line_alone(monkeypatch):
     sig = tf.compile_cuda(TYPED).signatures["t"]
     readonly_x = tf.TensorRef(0x2000, (4,), (4,), by_name("f32"), 0, None, _OURS, True)
     z_f32 = tf.TensorMut(0x7000, (4,), (4,), by_name("f32"), 0, None, _OURS)  # float2's lanes
-    lists = [_typed_args(), _typed_args(x=readonly_x, z=z_f32, n=np.uint32(7), i=np.int32(-7),
-                                        m=np.uint64(1 << 40))]
+    lists = [
+        _typed_args(),
+        _typed_args(x=readonly_x, z=z_f32, n=np.uint32(7), i=np.int32(-7), m=np.uint64(1 << 40)),
+    ]
     want = []
     for args in lists:
         block = ParamBlock(sig)
@@ -529,33 +688,59 @@ def test_which_parameters_take_a_span_and_which_refuse_it():
     def span(cls, ptr):
         return cls(ptr, (4,), (4,), f32, 0, None, _OURS)
 
-    good = [span(tf.TensorMut, 0x1000), span(tf.TensorRef, 0x2000), tf.u64(5), tf.f32(1.0),
-            tf.u32(3), tf.i64(1), tf.f64(2.0), tf.KernelArg.struct(b"s" * 12), tf.u64(9),
-            span(tf.TensorRef, 0x3000)]
+    good = [
+        span(tf.TensorMut, 0x1000),
+        span(tf.TensorRef, 0x2000),
+        tf.u64(5),
+        tf.f32(1.0),
+        tf.u32(3),
+        tf.i64(1),
+        tf.f64(2.0),
+        tf.KernelArg.struct(b"s" * 12),
+        tf.u64(9),
+        span(tf.TensorRef, 0x3000),
+    ]
     mixed = _signatures()[2]
     for pack in (lambda b, a: b.pack(a, _OURS, "session.launch"), lambda b, a: _general(b, a)):
         assert len(pack(ParamBlock(mixed), good)) == 3
-        for i, ok in ((2, True), (8, True), (9, True), (5, False), (6, False), (3, False),
-                      (4, False), (7, False)):
+        for i, ok in (
+            (2, True),
+            (8, True),
+            (9, True),
+            (5, False),
+            (6, False),
+            (3, False),
+            (4, False),
+            (7, False),
+        ):
             args = list(good)
             args[i] = span(tf.TensorMut, 0x4000)
             if ok:  # a pointer-or-int, an 8-byte opaque value, an untyped pointer
                 assert args[i] in pack(ParamBlock(mixed), args)
             else:
-                with pytest.raises(tf.ValidationError,
-                                   match=rf"^session\.launch: args\[{i}\] expects .*, got a "
-                                         r"TensorMut \(pointer\)"):
+                with pytest.raises(
+                    tf.ValidationError,
+                    match=rf"^session\.launch: args\[{i}\] expects .*, got a "
+                    r"TensorMut \(pointer\)",
+                ):
                     pack(ParamBlock(mixed), args)
         args = list(good)
         args[0] = span(tf.TensorRef, 0x4000)
-        with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] is a "
-                           r"read-only TensorRef but kernel 'mixed' writes parameter out"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.launch: args\[0\] is a "
+            r"read-only TensorRef but kernel 'mixed' writes parameter out",
+        ):
             pack(ParamBlock(mixed), args)
     unnamed = Signature("w", (Param(PTR, 8, 8), Param(PTR, 8, 8, writes=True)), "test")
-    with pytest.raises(tf.ValidationError, match=r"kernel 'w' writes parameter 1; use "
-                                                 r"tensor_mut\(\)"):
-        ParamBlock(unnamed).pack([span(tf.TensorRef, 0x10), span(tf.TensorRef, 0x20)], _OURS,
-                                 "session.launch")
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"kernel 'w' writes parameter 1; use "
+        r"tensor_mut\(\)",
+    ):
+        ParamBlock(unnamed).pack(
+            [span(tf.TensorRef, 0x10), span(tf.TensorRef, 0x20)], _OURS, "session.launch"
+        )
 
 
 def _span(cls, ptr, t, readonly=False):
@@ -570,22 +755,46 @@ def _typed():
     return tf.compile_cuda(TYPED).signatures["t"]
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("y", _span(tf.TensorMut, 0x9000, "f64"),
-     r"args\[0\] 'y' is float64, the kernel takes float\*"),
-    ("x", _span(tf.TensorRef, 0x9000, "f64"),
-     r"args\[1\] 'x' is float64, the kernel takes const float\*"),
-    ("x", _span(tf.TensorRef, 0x9000, "i32"),
-     r"args\[1\] 'x' is int32, the kernel takes const float\*"),
-    ("d", _span(tf.TensorRef, 0x9000, "f32"),
-     r"args\[2\] 'd' is float32, the kernel takes const double\*"),
-    ("z", _span(tf.TensorMut, 0x9000, "f64"),
-     r"args\[6\] 'z' is float64, the kernel takes float2\*"),
-    ("h", _span(tf.TensorRef, 0x9000, "bf16"),
-     r"args\[7\] 'h' is bf16, the kernel takes const __half\*"),
-    ("h", tf.KernelArg.pointer(_span(tf.TensorRef, 0x9000, "u8")),
-     r"args\[7\] 'h' is uint8, the kernel takes const __half\*"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        (
+            "y",
+            _span(tf.TensorMut, 0x9000, "f64"),
+            r"args\[0\] 'y' is float64, the kernel takes float\*",
+        ),
+        (
+            "x",
+            _span(tf.TensorRef, 0x9000, "f64"),
+            r"args\[1\] 'x' is float64, the kernel takes const float\*",
+        ),
+        (
+            "x",
+            _span(tf.TensorRef, 0x9000, "i32"),
+            r"args\[1\] 'x' is int32, the kernel takes const float\*",
+        ),
+        (
+            "d",
+            _span(tf.TensorRef, 0x9000, "f32"),
+            r"args\[2\] 'd' is float32, the kernel takes const double\*",
+        ),
+        (
+            "z",
+            _span(tf.TensorMut, 0x9000, "f64"),
+            r"args\[6\] 'z' is float64, the kernel takes float2\*",
+        ),
+        (
+            "h",
+            _span(tf.TensorRef, 0x9000, "bf16"),
+            r"args\[7\] 'h' is bf16, the kernel takes const __half\*",
+        ),
+        (
+            "h",
+            tf.KernelArg.pointer(_span(tf.TensorRef, 0x9000, "u8")),
+            r"args\[7\] 'h' is uint8, the kernel takes const __half\*",
+        ),
+    ],
+)
 def test_a_span_of_another_dtype_is_refused_for_a_typed_pointer(name, value, message):
     for pack in _both_packs():
         b = ParamBlock(_typed())
@@ -599,11 +808,19 @@ def test_a_span_of_another_dtype_is_refused_for_a_typed_pointer(name, value, mes
         assert bytes(b._mv) == before
 
 
-@pytest.mark.parametrize(("name", "dtypes"), [
-    ("y", ["f32"]), ("x", ["f32"]), ("d", ["f64"]), ("h", ["f16"]), ("z", ["f32", "c64"]),
-    ("v", ["f64", "u8", "bf16", "c128", "bool"]), ("c", ["f64", "u8", "i8", "f16"]),
-    ("u", ["f32", "u8", "i64"]),
-])
+@pytest.mark.parametrize(
+    ("name", "dtypes"),
+    [
+        ("y", ["f32"]),
+        ("x", ["f32"]),
+        ("d", ["f64"]),
+        ("h", ["f16"]),
+        ("z", ["f32", "c64"]),
+        ("v", ["f64", "u8", "bf16", "c128", "bool"]),
+        ("c", ["f64", "u8", "i8", "f16"]),
+        ("u", ["f32", "u8", "i64"]),
+    ],
+)
 def test_a_typed_pointer_takes_its_element_type_and_untyped_ones_take_any(name, dtypes):
     # float2* is a pair of floats (and complex64's layout); void*, char*, unsigned char* are bytes
     i = [p.name for p in _typed().params].index(name)
@@ -622,26 +839,39 @@ def test_a_typed_pointer_takes_its_element_type_and_untyped_ones_take_any(name, 
 def test_memory_its_producer_marked_read_only_needs_a_const_pointer():
     frozen = _span(tf.TensorRef, 0x9000, "f32", readonly=True)
     for pack in _both_packs():
-        with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] 'y' is memory "
-                           r"its producer marked read-only, the kernel takes float\*; declare it "
-                           r"const if the kernel only reads it$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.launch: args\[0\] 'y' is memory "
+            r"its producer marked read-only, the kernel takes float\*; declare it "
+            r"const if the kernel only reads it$",
+        ):
             pack(ParamBlock(_typed()), _typed_args(y=frozen))
         pack(ParamBlock(_typed()), _typed_args(x=frozen))  # const float*: read-only memory goes
         # A read-only span of writable memory is the caller's choice: a non-const pointer takes it
         pack(ParamBlock(_typed()), _typed_args(y=_span(tf.TensorRef, 0x9000, "f32")))
         pack(ParamBlock(_typed()), _typed_args(c=frozen))  # const char*
-        with pytest.raises(tf.ValidationError, match=r"args\[3\] 'v' is memory its producer "
-                                                     r"marked read-only, the kernel takes void\*;"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"args\[3\] 'v' is memory its producer "
+            r"marked read-only, the kernel takes void\*;",
+        ):
             pack(ParamBlock(_typed()), _typed_args(v=frozen))
 
 
-@pytest.mark.parametrize(("name", "accepted", "refused", "takes"), [
-    ("n", [tf.u32(0), tf.u32(2**32 - 1), np.uint32(5)], [tf.i32(5), tf.u64(5), tf.u16(5),
-                                                         np.int32(5)], "unsigned int"),
-    ("i", [tf.i32(-2**31), np.int32(3)], [tf.u32(5), tf.i64(5), np.uint32(5)], "int"),
-    ("ch", [tf.i8(-128), tf.u8(255)], [tf.i16(1), tf.u16(1)], "char"),
-    ("m", [tf.u64(2**64 - 1)], [tf.i64(1), tf.u32(1), np.int64(1)], "unsigned long long"),
-])
+@pytest.mark.parametrize(
+    ("name", "accepted", "refused", "takes"),
+    [
+        (
+            "n",
+            [tf.u32(0), tf.u32(2**32 - 1), np.uint32(5)],
+            [tf.i32(5), tf.u64(5), tf.u16(5), np.int32(5)],
+            "unsigned int",
+        ),
+        ("i", [tf.i32(-(2**31)), np.int32(3)], [tf.u32(5), tf.i64(5), np.uint32(5)], "int"),
+        ("ch", [tf.i8(-128), tf.u8(255)], [tf.i16(1), tf.u16(1)], "char"),
+        ("m", [tf.u64(2**64 - 1)], [tf.i64(1), tf.u32(1), np.int64(1)], "unsigned long long"),
+    ],
+)
 def test_a_scalar_must_have_the_parameters_signedness_and_width(name, accepted, refused, takes):
     i = [p.name for p in _typed().params].index(name)
     for pack in _both_packs():
@@ -650,20 +880,33 @@ def test_a_scalar_must_have_the_parameters_signedness_and_width(name, accepted, 
             pack(b, _typed_args(**{name: a}))
             size = _typed().params[i].size
             want = a.data if isinstance(a, tf.KernelArg) else a.tobytes()
-            assert bytes(b._mv[b.offsets[i]:b.offsets[i] + size]) == want
+            assert bytes(b._mv[b.offsets[i] : b.offsets[i] + size]) == want
         for a in refused:
-            what = (f"an? {a.scalar_type.name} scalar" if isinstance(a, tf.KernelArg)
-                    else f"a numpy {a.dtype} scalar")
-            with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\] "
-                               rf"'{name}' is {what}, the kernel takes {takes}$"):
+            what = (
+                f"an? {a.scalar_type.name} scalar"
+                if isinstance(a, tf.KernelArg)
+                else f"a numpy {a.dtype} scalar"
+            )
+            with pytest.raises(
+                tf.ValidationError,
+                match=rf"^session\.launch: args\[{i}\] "
+                rf"'{name}' is {what}, the kernel takes {takes}$",
+            ):
                 pack(ParamBlock(_typed()), _typed_args(**{name: a}))
 
 
-@pytest.mark.parametrize(("name", "last", "first_refused", "type_name"), [
-    ("n", 2**32 - 1, 2**32, "u32"), ("n", 0, -1, "u32"), ("i", 2**31 - 1, 2**31, "i32"),
-    ("i", -2**31, -2**31 - 1, "i32"), ("ch", 127, 128, "i8"), ("m", 2**64 - 1, 2**64, "u64"),
-    ("m", 0, -1, "u64"),
-])
+@pytest.mark.parametrize(
+    ("name", "last", "first_refused", "type_name"),
+    [
+        ("n", 2**32 - 1, 2**32, "u32"),
+        ("n", 0, -1, "u32"),
+        ("i", 2**31 - 1, 2**31, "i32"),
+        ("i", -(2**31), -(2**31) - 1, "i32"),
+        ("ch", 127, 128, "i8"),
+        ("m", 2**64 - 1, 2**64, "u64"),
+        ("m", 0, -1, "u64"),
+    ],
+)
 def test_a_python_int_is_range_checked_into_the_c_type(name, last, first_refused, type_name):
     i = [p.name for p in _typed().params].index(name)
     size = _typed().params[i].size
@@ -671,10 +914,15 @@ def test_a_python_int_is_range_checked_into_the_c_type(name, last, first_refused
         b = ParamBlock(_typed())
         pack(b, _typed_args(**{name: last}))
         signed = type_name[0] == "i"
-        assert int.from_bytes(b._mv[b.offsets[i]:b.offsets[i] + size], "little",
-                              signed=signed) == last
-        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\]: "
-                           rf"{first_refused} is out of range for {type_name}"):
+        assert (
+            int.from_bytes(b._mv[b.offsets[i] : b.offsets[i] + size], "little", signed=signed)
+            == last
+        )
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^session\.launch: args\[{i}\]: "
+            rf"{first_refused} is out of range for {type_name}",
+        ):
             pack(ParamBlock(_typed()), _typed_args(**{name: first_refused}))
 
 
@@ -688,6 +936,7 @@ def test_ptx_without_source_keeps_the_kind_checks_only():
 
 # --- what the tests above leave to module-level objects, checked within tests ---------------
 
+
 def test_a_pointer_kernelarg_passes_its_span():
     span = _span(tf.TensorMut, 0x9000, "f32")
     a = tf.KernelArg.pointer(span)
@@ -695,8 +944,11 @@ def test_a_pointer_kernelarg_passes_its_span():
     b = ParamBlock(_typed())
     assert b.pack(_typed_args(y=a), _OURS, "session.launch")[0] is span
     assert _read(b, 0, "<Q") == 0x9000
-    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.pointer: span must be a TensorRef, "
-                                                 r"TensorMut or DeviceBytes, got int$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^KernelArg\.pointer: span must be a TensorRef, "
+        r"TensorMut or DeviceBytes, got int$",
+    ):
         tf.KernelArg.pointer(0x9000)
 
 
@@ -713,8 +965,11 @@ def test_a_kernel_without_parameters_packs_nothing():
     b = ParamBlock(sig)
     assert b.pack([], _OURS, "session.launch") == []
     assert b.pack((), _OURS, "session.launch") == []
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: kernel 'e' takes 0 "
-                                                 r"argument\(s\), got 1$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: kernel 'e' takes 0 "
+        r"argument\(s\), got 1$",
+    ):
         b.pack([tf.u32(1)], _OURS, "session.launch")
 
 
@@ -725,28 +980,36 @@ PTX_KINDS = """
 """
 
 
-@pytest.mark.parametrize(("i", "accepted", "refused"), [
-    (0, [tf.u32(1), tf.i32(-1)], [tf.f32(1.0), tf.u16(1), tf.u64(1)]),   # .u32: any 32-bit int
-    (1, [tf.f32(1.0)], [tf.u32(1), tf.i32(1), tf.f64(1.0)]),              # .f32
-    (2, [tf.u64(1), tf.i64(-1)], [tf.f64(1.0), tf.u32(1)]),               # .u64: pointer or int
-    (3, [tf.u8(1), tf.i8(-1), tf.KernelArg.scalar(True, "bool")], [tf.u16(1)]),  # .u8
-])
+@pytest.mark.parametrize(
+    ("i", "accepted", "refused"),
+    [
+        (0, [tf.u32(1), tf.i32(-1)], [tf.f32(1.0), tf.u16(1), tf.u64(1)]),  # .u32: any 32-bit int
+        (1, [tf.f32(1.0)], [tf.u32(1), tf.i32(1), tf.f64(1.0)]),  # .f32
+        (2, [tf.u64(1), tf.i64(-1)], [tf.f64(1.0), tf.u32(1)]),  # .u64: pointer or int
+        (3, [tf.u8(1), tf.i8(-1), tf.KernelArg.scalar(True, "bool")], [tf.u16(1)]),  # .u8
+    ],
+)
 def test_ptx_parameters_take_scalars_by_kind_and_width(i, accepted, refused):
     sig = parse_ptx(PTX_KINDS)["kinds"]
     good = [tf.u32(1), tf.f32(1.0), tf.u64(1), tf.u8(1)]
     for a in accepted:
         b = ParamBlock(sig)
-        b.pack([*good[:i], a, *good[i + 1:]], _OURS, "session.launch")
+        b.pack([*good[:i], a, *good[i + 1 :]], _OURS, "session.launch")
         off = b.offsets[i]
-        assert bytes(b._mv[off:off + len(a.data)]) == a.data
+        assert bytes(b._mv[off : off + len(a.data)]) == a.data
     for a in refused:
-        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[{i}\] expects "
-                                                     rf".*, got {a.describe()}$"):
-            ParamBlock(sig).pack([*good[:i], a, *good[i + 1:]], _OURS, "session.launch")
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^session\.launch: args\[{i}\] expects "
+            rf".*, got {a.describe()}$",
+        ):
+            ParamBlock(sig).pack([*good[:i], a, *good[i + 1 :]], _OURS, "session.launch")
 
 
-@pytest.mark.parametrize(("value", "ok"), [(-(1 << 31), True), (-(1 << 31) - 1, False),
-                                           ((1 << 32) - 1, True), (1 << 32, False)])
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [(-(1 << 31), True), (-(1 << 31) - 1, False), ((1 << 32) - 1, True), (1 << 32, False)],
+)
 def test_a_python_int_for_a_ptx_int_takes_either_reading_of_its_width(value, ok):
     sig = parse_ptx(PTX_KINDS)["kinds"]
     args = [value, tf.f32(1.0), tf.u64(1), tf.u8(1)]
@@ -755,18 +1018,27 @@ def test_a_python_int_for_a_ptx_int_takes_either_reading_of_its_width(value, ok)
         b.pack(args, _OURS, "session.launch")
         assert bytes(b._mv[0:4]) == (value & 0xFFFFFFFF).to_bytes(4, "little")
     else:
-        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: args\[0\]: {value} "
-                                                     r"does not fit a 32-bit integer parameter$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^session\.launch: args\[0\]: {value} "
+            r"does not fit a 32-bit integer parameter$",
+        ):
             ParamBlock(sig).pack(args, _OURS, "session.launch")
 
 
 def test_a_refusal_without_a_c_type_says_what_was_expected_and_given():
     sig = parse_ptx(PTX_KINDS)["kinds"]
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] expects f32, got "
-                                                 r"f64 scalar$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[1\] expects f32, got "
+        r"f64 scalar$",
+    ):
         ParamBlock(sig).pack([1, tf.f64(1.0), tf.u64(1), tf.u8(1)], _OURS, "session.launch")
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] expects f32, got "
-                                                 r"numpy float64 scalar$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[1\] expects f32, got "
+        r"numpy float64 scalar$",
+    ):
         ParamBlock(sig).pack([1, np.float64(1.0), tf.u64(1), tf.u8(1)], _OURS, "session.launch")
 
 
@@ -777,30 +1049,45 @@ def test_a_struct_for_an_opaque_parameter_is_checked_by_size():
     b = ParamBlock(sig)
     b.pack([tf.KernelArg.struct(b"12345678"), tf.KernelArg.struct(b"abcd")], _OURS, "op")
     assert bytes(b._mv[0:12]) == b"12345678abcd"
-    with pytest.raises(tf.ValidationError, match=r"^op: args\[1\] expects 4-byte value, got "
-                                                 r"8-byte struct$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^op: args\[1\] expects 4-byte value, got "
+        r"8-byte struct$",
+    ):
         ParamBlock(sig).pack([tf.u64(1), tf.KernelArg.struct(b"12345678")], _OURS, "op")
 
 
 def test_an_unnamed_parameter_is_named_by_its_position():
     sig = tf.compile_cuda('extern "C" __global__ void u(float*, int) {}').signatures["u"]
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] is float64, the "
-                                                 r"kernel takes float\*$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] is float64, the "
+        r"kernel takes float\*$",
+    ):
         ParamBlock(sig).pack([_span(tf.TensorMut, 0x9000, "f64"), 1], _OURS, "session.launch")
 
 
 def test_numpy_scalars_of_types_the_device_lacks_are_refused_naming_the_argument():
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[8\]: dtype float128 "
-                                                 r"is not supported on the device$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[8\]: dtype float128 "
+        r"is not supported on the device$",
+    ):
         ParamBlock(_typed()).pack(_typed_args(n=np.longdouble(1)), _OURS, "session.launch")
 
 
 def test_kernelarg_scalar_names_itself_in_its_refusals():
-    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.scalar: dtype float128 is not "
-                                                 r"supported on the device$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^KernelArg\.scalar: dtype float128 is not "
+        r"supported on the device$",
+    ):
         tf.KernelArg.scalar(1, np.longdouble)
-    with pytest.raises(tf.ValidationError, match=r"^KernelArg\.scalar\(u8\): 256 is out of "
-                                                 r"range for u8"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^KernelArg\.scalar\(u8\): 256 is out of "
+        r"range for u8",
+    ):
         tf.KernelArg.scalar(256, np.uint8)
     assert tf.KernelArg.scalar(255, np.uint8).data == b"\xff"
 
@@ -811,8 +1098,11 @@ def test_an_empty_argument_list_is_counted_when_nothing_is_remembered():
     block = _block()
     s = object()
     for _ in range(2):  # before any pack, and after a forget
-        with pytest.raises(tf.ValidationError, match=r"^session\.launch: kernel 'k' takes 6 "
-                                                     r"argument\(s\), got 0"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.launch: kernel 'k' takes 6 "
+            r"argument\(s\), got 0",
+        ):
             block.pack([], s, "session.launch")
         with pytest.raises(tf.ValidationError, match=r"takes 6 argument\(s\), got 0"):
             super(ParamBlock, block).pack((), s, "session.launch")  # the general loop too
@@ -821,19 +1111,24 @@ def test_an_empty_argument_list_is_counted_when_nothing_is_remembered():
     assert none.pack([], s, "session.launch") == [] and none.pack([], s, "op") == []
 
 
-_THREE = r'''extern "C" __global__ void three(float* a, const float* b, float* c, unsigned n) {}'''
+_THREE = r"""extern "C" __global__ void three(float* a, const float* b, float* c, unsigned n) {}"""
 
 
-@pytest.mark.parametrize(("ptrs", "names"), [
-    ((0x1000, 0x2000, 0x100C), ("0] (TensorMut", "2] (TensorMut")),  # a and c share a float
-    ((0x1000, 0x2000, 0x2004), ("1] (TensorRef", "2] (TensorMut")),  # b and c
-    ((0x1000, 0x100C, 0x3000), ("0] (TensorMut", "1] (TensorRef")),  # a and b
-])
+@pytest.mark.parametrize(
+    ("ptrs", "names"),
+    [
+        ((0x1000, 0x2000, 0x100C), ("0] (TensorMut", "2] (TensorMut")),  # a and c share a float
+        ((0x1000, 0x2000, 0x2004), ("1] (TensorRef", "2] (TensorMut")),  # b and c
+        ((0x1000, 0x100C, 0x3000), ("0] (TensorMut", "1] (TensorRef")),  # a and b
+    ],
+)
 def test_each_pair_of_three_spans_is_checked_for_overlap(ptrs, names):
     b = _block(_THREE, "three")
     a, r, c = ptrs
-    with pytest.raises(tf.ValidationError, match=re.escape(
-            f"session.launch: args[{names[0]}) and args[{names[1]}) overlap")):
+    with pytest.raises(
+        tf.ValidationError,
+        match=re.escape(f"session.launch: args[{names[0]}) and args[{names[1]}) overlap"),
+    ):
         b.pack([_mut(a), _ref(r), _mut(c), tf.u32(4)], None, "session.launch")
     # each span just past the one before it: the last placement accepted
     b.pack([_mut(0x1000), _ref(0x1010), _mut(0x1020), tf.u32(4)], None, "session.launch")

@@ -14,8 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def _in_checkout(code):
     """Run ``code`` in a fresh interpreter that imports tenferro from the checkout itself."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_checkout_imports_its_kernels_and_no_other_folder_as_tenferro():
@@ -29,7 +30,8 @@ def test_a_checkout_imports_its_kernels_and_no_other_folder_as_tenferro():
         "    except ModuleNotFoundError:\n"
         "        pass\n"
         "print(sorted({m.name.split('.')[1] for m in\n"
-        "              pkgutil.walk_packages(tenferro.__path__, 'tenferro.')}))\n")
+        "              pkgutil.walk_packages(tenferro.__path__, 'tenferro.')}))\n"
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == str(ROOT / "kernels" / "__init__.py")
@@ -62,9 +64,11 @@ def _layout(root, installed, checkout):
 
 
 def test_a_finder_is_added_for_a_checkout_once_and_never_for_an_installed_package(
-        tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path
-                                           if not isinstance(f, _checkout.KernelsFinder)])
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(
+        sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, _checkout.KernelsFinder)]
+    )
     before = list(sys.meta_path)
     _checkout.find_checkout_kernels(_layout(tmp_path / "a", installed=True, checkout=True))
     _checkout.find_checkout_kernels(_layout(tmp_path / "b", installed=False, checkout=False))

@@ -7,10 +7,10 @@ import pytest
 import tenferro as tf
 from tenferro import _driver, compiler
 
-SRC = r'''extern "C" __global__ void scale(float* y, float a, unsigned n) {
+SRC = r"""extern "C" __global__ void scale(float* y, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] *= a;
-}'''
+}"""
 
 
 def test_compile_cubin_without_gpu():
@@ -63,19 +63,25 @@ def test_name_expressions_are_lowered():
     assert low.startswith("_Z") and low in r.signatures
 
 
-@pytest.mark.parametrize("kwargs,pattern", [
-    ({"target": "fatbin"}, r"compile_cuda: target='fatbin'"),
-    ({"arch": "hopper"}, r"compile_cuda: arch='hopper'"),
-    ({"arch": "compute_90"}, r"compile_cuda: target='cubin' needs a real architecture"),
-    ({"options": ["-arch=sm_80"]}, r"compile_cuda: options=.*give the architecture as arch="),
-    ({"options": [3]}, r"compile_cuda: options must be strings"),
-    ({"name_expressions": [5]}, r"compile_cuda: name_expressions=\[5\]: each must be a "
-                                r"non-empty str, got 5"),
-    ({"name_expressions": 5}, r"compile_cuda: name_expressions=5 must be a str or a list"),
-    ({"name_expressions": [""]}, r"compile_cuda: name_expressions=\[''\]: each must be"),
-    ({"name": 5}, r"compile_cuda: name=5 must be a non-empty str"),
-    ({"name": ""}, r"compile_cuda: name='' must be a non-empty str"),
-])
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        ({"target": "fatbin"}, r"compile_cuda: target='fatbin'"),
+        ({"arch": "hopper"}, r"compile_cuda: arch='hopper'"),
+        ({"arch": "compute_90"}, r"compile_cuda: target='cubin' needs a real architecture"),
+        ({"options": ["-arch=sm_80"]}, r"compile_cuda: options=.*give the architecture as arch="),
+        ({"options": [3]}, r"compile_cuda: options must be strings"),
+        (
+            {"name_expressions": [5]},
+            r"compile_cuda: name_expressions=\[5\]: each must be a "
+            r"non-empty str, got 5",
+        ),
+        ({"name_expressions": 5}, r"compile_cuda: name_expressions=5 must be a str or a list"),
+        ({"name_expressions": [""]}, r"compile_cuda: name_expressions=\[''\]: each must be"),
+        ({"name": 5}, r"compile_cuda: name=5 must be a non-empty str"),
+        ({"name": ""}, r"compile_cuda: name='' must be a non-empty str"),
+    ],
+)
 def test_compile_refusals(kwargs, pattern):
     with pytest.raises(tf.ValidationError, match=pattern):
         tf.compile_cuda(SRC, **kwargs)
@@ -87,12 +93,18 @@ def test_source_must_be_str():
 
 
 def test_source_nul_and_unencodable_characters_are_refused():
-    cut = SRC + "\0" + "extern \"C\" __global__ void lost(float* y) { y[0] = 1; }"
-    with pytest.raises(tf.ValidationError, match=rf"compile_cuda: source has a NUL character at "
-                                                 rf"offset {len(SRC)}; NVRTC would compile only"):
+    cut = SRC + "\0" + 'extern "C" __global__ void lost(float* y) { y[0] = 1; }'
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"compile_cuda: source has a NUL character at "
+        rf"offset {len(SRC)}; NVRTC would compile only",
+    ):
         tf.compile_cuda(cut)
-    with pytest.raises(tf.ValidationError, match=r"compile_cuda: source cannot be encoded as "
-                                                 r"UTF-8 at offset 3 \('\\ud800'"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"compile_cuda: source cannot be encoded as "
+        r"UTF-8 at offset 3 \('\\ud800'",
+    ):
         tf.compile_cuda("// \ud800\n" + SRC)
     # Non-ASCII text that does encode (a comment in another script) compiles.
     assert "scale" in tf.compile_cuda("// é ü 中\n" + SRC).signatures
@@ -117,31 +129,53 @@ extern "C" __global__ void warp_sum(float* out, const float* x) {
 # Device headers that compile with no option (README, "Modules"): CCCL's cooperative groups,
 # libcu++ and CUB's block and warp primitives, the toolkit's own, and <mma.h> (WMMA).
 DEVICE_HEADERS = [
-    "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
-    "cooperative_groups/memcpy_async.h", "cuda/std/complex", "cuda/std/atomic",
-    "cuda/std/limits", "cuda/std/type_traits", "cuda/std/cmath", "cuda/std/array",
-    "cuda/std/span", "cuda/std/mdspan", "cuda/atomic", "cuda/barrier", "cuda/pipeline",
-    "cuda/ptx", "cub/block/block_reduce.cuh", "cub/block/block_scan.cuh",
-    "cub/block/block_load.cuh", "cub/block/block_radix_sort.cuh", "cub/warp/warp_reduce.cuh",
-    "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_pipeline.h", "math_constants.h", "mma.h",
+    "cooperative_groups.h",
+    "cooperative_groups/reduce.h",
+    "cooperative_groups/scan.h",
+    "cooperative_groups/memcpy_async.h",
+    "cuda/std/complex",
+    "cuda/std/atomic",
+    "cuda/std/limits",
+    "cuda/std/type_traits",
+    "cuda/std/cmath",
+    "cuda/std/array",
+    "cuda/std/span",
+    "cuda/std/mdspan",
+    "cuda/atomic",
+    "cuda/barrier",
+    "cuda/pipeline",
+    "cuda/ptx",
+    "cub/block/block_reduce.cuh",
+    "cub/block/block_scan.cuh",
+    "cub/block/block_load.cuh",
+    "cub/block/block_radix_sort.cuh",
+    "cub/warp/warp_reduce.cuh",
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_fp8.h",
+    "cuda_pipeline.h",
+    "math_constants.h",
+    "mma.h",
 ]
 
 
 def _has_crt_headers():
-    return any(os.path.isfile(os.path.join(d, "crt", "mma.h"))
-               for d in _driver.cuda_include_dirs())
+    return any(os.path.isfile(os.path.join(d, "crt", "mma.h")) for d in _driver.cuda_include_dirs())
 
 
 # The install's own: the cu13 extra brings the toolkit's crt/ headers, which <mma.h> includes.
-needs_crt = pytest.mark.skipif(not _has_crt_headers(),
-                               reason="the CUDA toolkit's crt/ headers are not installed here")
+needs_crt = pytest.mark.skipif(
+    not _has_crt_headers(), reason="the CUDA toolkit's crt/ headers are not installed here"
+)
 
 
-@pytest.mark.parametrize("header", [pytest.param(h, marks=needs_crt) if h == "mma.h" else h
-                                    for h in DEVICE_HEADERS])
+@pytest.mark.parametrize(
+    "header", [pytest.param(h, marks=needs_crt) if h == "mma.h" else h for h in DEVICE_HEADERS]
+)
 def test_device_headers_compile_with_no_option(header):
-    tf.compile_cuda(f'#include <{header}>\nextern "C" __global__ void k(float* y) {{ *y = 1; }}\n',
-                    cache=False)
+    tf.compile_cuda(
+        f'#include <{header}>\nextern "C" __global__ void k(float* y) {{ *y = 1; }}\n', cache=False
+    )
 
 
 @needs_crt
@@ -160,14 +194,15 @@ extern "C" __global__ void wmma16(float* c, const __half* a, const __half* b) {
 }"""
     r = tf.compile_cuda(src, cache=False)
     assert "wmma.mma.sync" in r.ptx
-    assert repr(r.signatures["wmma16"]) == ("Signature(wmma16(float* c, const __half* a, "
-                                            "const __half* b), from cuda)")
+    assert repr(r.signatures["wmma16"]) == (
+        "Signature(wmma16(float* c, const __half* a, const __half* b), from cuda)"
+    )
 
 
 def test_a_host_side_header_is_a_compile_error_with_the_log():
     # CUB's device-wide algorithms launch from the host: NVRTC compiles device code only.
     with pytest.raises(tf.CompileError, match=r"compile_cuda: NVRTC failed to compile") as info:
-        tf.compile_cuda('#include <cub/device/device_reduce.cuh>\n', cache=False)
+        tf.compile_cuda("#include <cub/device/device_reduce.cuh>\n", cache=False)
     log = info.value.log  # where it stops differs by CCCL version: in CUB's or thrust's files
     assert "error" in log and ("cub/" in log or "thrust/" in log)
 
@@ -180,15 +215,19 @@ def test_successful_compile_keeps_its_warnings(tmp_path, monkeypatch):
     assert "warning" not in tf.compile_cuda(SRC).log
 
 
-@pytest.mark.parametrize("damage", [
-    lambda e: {**e, "image_hex": "zz" + e["image_hex"][2:]},   # not hex
-    lambda e: {**e, "ptx": 5},                                 # a field of the wrong type
-    lambda e: {**e, "lowered": {"a": 1}},
-    lambda e: {k: v for k, v in e.items() if k != "key"},      # no key
-    lambda e: {**e, "key": "0" * 64},                          # another key
-])
-def test_cache_entries_that_do_not_check_are_recompiled_and_overwritten(tmp_path, monkeypatch,
-                                                                       damage):
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda e: {**e, "image_hex": "zz" + e["image_hex"][2:]},  # not hex
+        lambda e: {**e, "ptx": 5},  # a field of the wrong type
+        lambda e: {**e, "lowered": {"a": 1}},
+        lambda e: {k: v for k, v in e.items() if k != "key"},  # no key
+        lambda e: {**e, "key": "0" * 64},  # another key
+    ],
+)
+def test_cache_entries_that_do_not_check_are_recompiled_and_overwritten(
+    tmp_path, monkeypatch, damage
+):
     import json
 
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "c4"))
@@ -234,27 +273,43 @@ def test_nvrtc_writes_only_into_fresh_writable_buffers(monkeypatch):
         monkeypatch.setattr(nvrtc, name, spy)
     tf.compile_cuda('extern "C" __global__ void k() {}', arch="sm_90", cache=False)
     # The kernel's compile, then the probe of its C parameter types (no CUBIN asked).
-    assert sorted(set(seen)) == [("nvrtcGetCUBIN", bytearray), ("nvrtcGetPTX", bytearray),
-                                 ("nvrtcGetProgramLog", bytearray)] and len(seen) == 5
+    assert (
+        sorted(set(seen))
+        == [
+            ("nvrtcGetCUBIN", bytearray),
+            ("nvrtcGetPTX", bytearray),
+            ("nvrtcGetProgramLog", bytearray),
+        ]
+        and len(seen) == 5
+    )
     assert " ".join(["a", "b"]) == "a b"
 
 
-@pytest.mark.parametrize(("kwargs", "pattern"), [
-    ({"options": ["--gpu-architecture=sm_80"]}, r"options=.*give the architecture as arch="),
-    ({"name_expressions": ["fill\0<float>"]}, r"name_expressions=.*: each must be a non-empty "
-                                              r"str"),
-    ({"name": "a\0.cu"}, r"name='a\\x00\.cu' must be a non-empty str"),
-    ({"arch": 90}, r"arch=90 must look like 'sm_90'"),
-    ({"arch": None}, r"arch=None must look like 'sm_90'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"options": ["--gpu-architecture=sm_80"]}, r"options=.*give the architecture as arch="),
+        (
+            {"name_expressions": ["fill\0<float>"]},
+            r"name_expressions=.*: each must be a non-empty "
+            r"str",
+        ),
+        ({"name": "a\0.cu"}, r"name='a\\x00\.cu' must be a non-empty str"),
+        ({"arch": 90}, r"arch=90 must look like 'sm_90'"),
+        ({"arch": None}, r"arch=None must look like 'sm_90'"),
+    ],
+)
 def test_compile_refusals_of_spellings_that_slip_past_a_first_check(kwargs, pattern):
     with pytest.raises(tf.ValidationError, match=r"^compile_cuda: " + pattern):
         tf.compile_cuda(SRC, **kwargs)
 
 
 def test_a_nul_anywhere_is_found_from_the_first():
-    with pytest.raises(tf.ValidationError, match=r"^compile_cuda: source has a NUL character at "
-                                                 r"offset 0;"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^compile_cuda: source has a NUL character at "
+        r"offset 0;",
+    ):
         tf.compile_cuda("\0" + SRC)
     with pytest.raises(tf.ValidationError, match=r"at offset 5;"):
         tf.compile_cuda("// ab\0" + SRC + "\0")
@@ -305,32 +360,38 @@ def test_compiled_cuda_reads_as_its_kernels_not_its_bytes(tmp_path, monkeypatch)
     src = SRC + "\ntemplate <typename T> __global__ void fill(T* y, T v) { *y = v; }\n"
     first = tf.compile_cuda(src, name_expressions=["fill<double>"])
     kernels = "scale(float* y, float a, unsigned int n); fill<double>(double* y, double v)"
-    assert repr(first) == (f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes; "
-                           f"2 kernel(s): {kernels})")
+    assert repr(first) == (
+        f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes; 2 kernel(s): {kernels})"
+    )
     again = tf.compile_cuda(src, name_expressions=["fill<double>"])
-    assert repr(again) == (f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes, from the "
-                           f"cache; 2 kernel(s): {kernels})")
+    assert repr(again) == (
+        f"CompiledCuda(cubin for sm_90, {len(first.image)} bytes, from the "
+        f"cache; 2 kernel(s): {kernels})"
+    )
 
 
 def test_compiled_cuda_shows_its_kernels_as_a_table_in_notebooks():
-    r = tf.compile_cuda('extern "C" __global__ void k(float* y, unsigned n) {}\n'
-                        "template <class T> __global__ void f(T* y) {}\n"
-                        "template __global__ void f<int>(int*);\n"
-                        'extern "C" __global__ void e() {}\n', cache=False)
+    r = tf.compile_cuda(
+        'extern "C" __global__ void k(float* y, unsigned n) {}\n'
+        "template <class T> __global__ void f(T* y) {}\n"
+        "template __global__ void f<int>(int*);\n"
+        'extern "C" __global__ void e() {}\n',
+        cache=False,
+    )
     assert r._repr_html_() == (
         f"<b>CompiledCuda: cubin for sm_90, {len(r.image)} bytes</b><table><tr><th>kernel</th>"
         "<th>parameters</th></tr>"
         "<tr><td><code>e</code></td><td><code>(none)</code></td></tr>"
         "<tr><td><code>f&lt;int&gt;</code></td><td><code>int* y</code></td></tr>"
-        "<tr><td><code>k</code></td><td><code>float* y, unsigned int n</code></td></tr></table>")
+        "<tr><td><code>k</code></td><td><code>float* y, unsigned int n</code></td></tr></table>"
+    )
 
 
 def test_a_compile_from_the_cache_says_so_in_its_table(tmp_path, monkeypatch):
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
     src = 'extern "C" __global__ void k(float* y) {}\n'
     assert ", from the cache" not in tf.compile_cuda(src)._repr_html_()
-    assert tf.compile_cuda(src)._repr_html_().startswith(
-        "<b>CompiledCuda: cubin for sm_90, ")
+    assert tf.compile_cuda(src)._repr_html_().startswith("<b>CompiledCuda: cubin for sm_90, ")
     assert ", from the cache</b>" in tf.compile_cuda(src)._repr_html_()
 
 
@@ -343,8 +404,9 @@ def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path,
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
     renames = []
     real = os.replace
-    monkeypatch.setattr(os, "replace", lambda src, dst: (renames.append((src, dst)),
-                                                         real(src, dst))[1])
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (renames.append((src, dst)), real(src, dst))[1]
+    )
     tf.compile_cuda(SRC + "\n// renamed into place")
     [(src, dst)] = renames
     src, dst = Path(src), Path(dst)
@@ -364,14 +426,18 @@ def test_a_source_that_is_not_text_is_refused_naming_its_type():
 
 
 def test_overloads_share_a_name_in_the_table_and_keep_a_row_each():
-    r = tf.compile_cuda("__global__ void scale(float* y, float a) {}\n"
-                        "__global__ void scale(double* y, double a) {}\n", cache=False)
+    r = tf.compile_cuda(
+        "__global__ void scale(float* y, float a) {}\n"
+        "__global__ void scale(double* y, double a) {}\n",
+        cache=False,
+    )
     table = r._repr_html_()
     assert table.count("<td><code>scale</code></td>") == 2
     assert "<code>float* y, float a</code>" in table and "<code>double* y, double a</code>" in table
 
 
 # --- the C-type probe beside the kernels' compile -----------------------------------------------
+
 
 def _recorded_compiles(monkeypatch):
     """Each NVRTC compile: (thread name, its name expressions), in the order they began."""
@@ -389,19 +455,27 @@ def _recorded_compiles(monkeypatch):
     return seen
 
 
-KERNEL_PAIR = r'''
+KERNEL_PAIR = r"""
 extern "C" __global__ void scale(float* y, float a, unsigned n) { y[threadIdx.x % n] *= a; }
 extern "C" __global__ __launch_bounds__(128) void shift(double* y, double b) { y[0] += b; }
-'''
+"""
 
 
 def test_the_c_type_probe_runs_beside_the_kernels_compile(monkeypatch):
     seen = _recorded_compiles(monkeypatch)
     r = tf.compile_cuda(KERNEL_PAIR, arch="sm_90")
-    assert sorted(seen) == sorted([
-        ("MainThread", []),
-        ("tenferro-c-type-probe", ["__tenferro_c_types_of<decltype(&scale)>",
-                                   "__tenferro_c_types_of<decltype(&shift)>"])])
+    assert sorted(seen) == sorted(
+        [
+            ("MainThread", []),
+            (
+                "tenferro-c-type-probe",
+                [
+                    "__tenferro_c_types_of<decltype(&scale)>",
+                    "__tenferro_c_types_of<decltype(&shift)>",
+                ],
+            ),
+        ]
+    )
     assert r.signatures["scale"].declaration() == "scale(float* y, float a, unsigned int n)"
     assert r.signatures["shift"].declaration() == "shift(double* y, double b)"
 
@@ -419,8 +493,7 @@ def test_a_wrong_guess_from_the_text_is_probed_again_on_ptxs_entries(monkeypatch
 
 def test_a_kernel_made_by_a_macro_is_probed_after_the_compile(monkeypatch):
     seen = _recorded_compiles(monkeypatch)
-    src = ('#define KERNEL extern "C" __global__\n'
-           "KERNEL void ones(float* p) { *p = 1; }\n")
+    src = '#define KERNEL extern "C" __global__\nKERNEL void ones(float* p) { *p = 1; }\n'
     r = tf.compile_cuda(src, arch="sm_90")
     assert [thread for thread, _ in seen] == ["MainThread", "MainThread"]  # no guess to start
     assert r.signatures["ones"].params[0].c_type.spell() == "float*"
@@ -436,11 +509,15 @@ _STD_HEADERS = sorted(h for h in os.listdir(compiler.STD_HEADERS_DIR) if not h.s
 @pytest.mark.parametrize("header", _STD_HEADERS)
 def test_each_c_and_cpp_library_header_nvrtc_lacks_compiles(header):
     assert len(_STD_HEADERS) == 22  # every file of the folder is a header given here
-    tf.compile_cuda(f'#include <{header}>\nextern "C" __global__ void k(float* y) {{}}\n',
-                    cache=False)
+    tf.compile_cuda(
+        f'#include <{header}>\nextern "C" __global__ void k(float* y) {{}}\n', cache=False
+    )
     if not header.endswith(".h"):  # as with nvcc's library: std::size_t from any of them
-        tf.compile_cuda(f'#include <{header}>\nextern "C" __global__ void k(float* y, '
-                        f'std::size_t n, std::ptrdiff_t d) {{}}\n', cache=False)
+        tf.compile_cuda(
+            f'#include <{header}>\nextern "C" __global__ void k(float* y, '
+            f"std::size_t n, std::ptrdiff_t d) {{}}\n",
+            cache=False,
+        )
 
 
 def test_a_kernel_file_as_people_write_it_compiles_and_its_types_are_known():
@@ -471,7 +548,10 @@ extern "C" __global__ void tally(uint32_t* out, const std::uint8_t* flags, int64
     got = tf.compile_cuda(src, name_expressions=["clamp_root<float>"], cache=False)
     by_name = {name.split("(")[0]: sig for name, sig in got.signatures.items()}
     assert [p.c_type.spell() for p in by_name["tally"].params] == [
-        "unsigned int*", "const unsigned char*", "long long"]  # what the launch checks
+        "unsigned int*",
+        "const unsigned char*",
+        "long long",
+    ]  # what the launch checks
     clamp = got.signatures[got.lowered_names["clamp_root<float>"]]
     assert [p.c_type.spell() for p in clamp.params] == ["float*", "const float*", "long long"]
 
@@ -556,27 +636,41 @@ extern "C" __global__ void k(float* y, int n) {
 
 def test_using_namespace_std_keeps_the_built_in_math_unambiguous():
     # std::sqrt is the built-in ::sqrt, not a second function an unqualified call could pick.
-    src = ('#include <cmath>\n#include <algorithm>\n#include <cstdint>\nusing namespace std;\n'
-           'extern "C" __global__ void k(float* y, int64_t n) {\n'
-           '    y[0] = sqrt(y[0]) + max(y[1], 2.f) + abs(y[2]) + fmaxf(y[3], 1.f) + n; }')
+    src = (
+        "#include <cmath>\n#include <algorithm>\n#include <cstdint>\nusing namespace std;\n"
+        'extern "C" __global__ void k(float* y, int64_t n) {\n'
+        "    y[0] = sqrt(y[0]) + max(y[1], 2.f) + abs(y[2]) + fmaxf(y[3], 1.f) + n; }"
+    )
     assert tf.compile_cuda(src, cache=False).image
 
 
 def test_a_users_own_folder_is_searched_before_the_library_headers(tmp_path):
     (tmp_path / "cstdint").write_text("#pragma once\n#define MY_CSTDINT 1\n")
-    src = '#include <cstdint>\n#ifndef MY_CSTDINT\n#error not the user\'s\n#endif\n'
+    src = "#include <cstdint>\n#ifndef MY_CSTDINT\n#error not the user's\n#endif\n"
     tf.compile_cuda(src, options=[f"-I{tmp_path}"], cache=False)
 
 
-@pytest.mark.parametrize(("header", "says"), [
-    ("crt/absent.h", "<crt/absent.h> is one of the CUDA toolkit's crt/ headers, not installed "
-                     'here: pip install "cuda-toolkit[crt]==13.*" (CUDA 13)'),
-    ("vector", "<vector> is a host C/C++ library header, which device code cannot use"),
-    ("type_traits", "<type_traits> is a host C++ library header; include "
-                    "<cuda/std/type_traits> and write cuda::std:: where the source writes std::"),
-    ("myheader.cuh", "it could not open 'myheader.cuh'; give the folder that holds it with "
-                     "options=['-I/path/to/folder']"),
-])
+@pytest.mark.parametrize(
+    ("header", "says"),
+    [
+        (
+            "crt/absent.h",
+            "<crt/absent.h> is one of the CUDA toolkit's crt/ headers, not installed "
+            'here: pip install "cuda-toolkit[crt]==13.*" (CUDA 13)',
+        ),
+        ("vector", "<vector> is a host C/C++ library header, which device code cannot use"),
+        (
+            "type_traits",
+            "<type_traits> is a host C++ library header; include "
+            "<cuda/std/type_traits> and write cuda::std:: where the source writes std::",
+        ),
+        (
+            "myheader.cuh",
+            "it could not open 'myheader.cuh'; give the folder that holds it with "
+            "options=['-I/path/to/folder']",
+        ),
+    ],
+)
 def test_other_missing_headers_are_named_with_what_to_do(header, says):
     with pytest.raises(tf.CompileError) as info:
         tf.compile_cuda(f'#include "{header}"\n', cache=False)
@@ -605,18 +699,22 @@ def test_host_code_is_named_where_it_is(tmp_path):
         "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90: line 4 is a host "
         "function, and NVRTC compiles device code only: mark a helper the kernels call "
         "__device__, and keep host code (main, cudaMalloc, <<<...>>>) inside #ifndef "
-        "__CUDACC_RTC__ ... #endif")
+        "__CUDACC_RTC__ ... #endif"
+    )
     guarded = _FOR_NVCC.replace("int main", "#ifndef __CUDACC_RTC__\nint main", 1) + "#endif\n"
     assert tf.compile_cuda(guarded, cache=False).signatures  # as the hint says: it compiles
     with pytest.raises(tf.CompileError) as info:  # misplaced __global__ comes first: no hint
         tf.compile_cuda('__global__ extern "C" void k(float* y) {}\n', cache=False)
     assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
     assert "host function" in info.value.log  # NVRTC's second error, which follows the first
-    with pytest.raises(tf.CompileError, match=r"^compile_cuda: NVRTC failed to compile "
-                                              r"'tenferro\.cu' for sm_90: cuda\.h declares host "
-                                              r"functions \(line \d+\), which NVRTC does not "
-                                              r"compile; a kernel file cannot include it"):
-        tf.compile_cuda('#include <cuda.h>\n', cache=False)
+    with pytest.raises(
+        tf.CompileError,
+        match=r"^compile_cuda: NVRTC failed to compile "
+        r"'tenferro\.cu' for sm_90: cuda\.h declares host "
+        r"functions \(line \d+\), which NVRTC does not "
+        r"compile; a kernel file cannot include it",
+    ):
+        tf.compile_cuda("#include <cuda.h>\n", cache=False)
 
 
 def test_a_header_missing_from_a_header_names_the_header_that_wants_it(tmp_path):
@@ -625,14 +723,18 @@ def test_a_header_missing_from_a_header_names_the_header_that_wants_it(tmp_path)
     kernel.write_text('#include "mine.cuh"\n')
     with pytest.raises(tf.CompileError) as info:
         tf.compile_cuda(kernel, cache=False)
-    assert _first_line(info).endswith(": it could not open 'gone.cuh', included by mine.cuh(2); "
-                                      "give the folder that holds it with "
-                                      "options=['-I/path/to/folder']")
+    assert _first_line(info).endswith(
+        ": it could not open 'gone.cuh', included by mine.cuh(2); "
+        "give the folder that holds it with "
+        "options=['-I/path/to/folder']"
+    )
     (tmp_path / "mine.cuh").write_text("#include <utility>\n")
     with pytest.raises(tf.CompileError) as info:
         tf.compile_cuda(kernel, cache=False)
-    assert "<utility>, included by mine.cuh(1), is a host C++ library header; include " \
-           "<cuda/std/utility>" in _first_line(info)
+    assert (
+        "<utility>, included by mine.cuh(1), is a host C++ library header; include "
+        "<cuda/std/utility>" in _first_line(info)
+    )
 
 
 def test_an_error_that_is_not_a_missing_header_gets_no_header_hint():
@@ -641,8 +743,9 @@ def test_an_error_that_is_not_a_missing_header_gets_no_header_hint():
     assert _first_line(info) == "compile_cuda: NVRTC failed to compile 'tenferro.cu' for sm_90"
 
 
-@pytest.mark.parametrize("form", [["-I{}"], ["--include-path={}"], ["-I", "{}"],
-                                  ["--include-path", "{}"]])
+@pytest.mark.parametrize(
+    "form", [["-I{}"], ["--include-path={}"], ["-I", "{}"], ["--include-path", "{}"]]
+)
 def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monkeypatch, form):
     # The cache key holds each included file of the user's folders: an edit two includes deep
     # compiles again instead of giving back the kernel of the old header.
@@ -652,8 +755,10 @@ def test_an_edited_header_of_the_users_folders_is_compiled_again(tmp_path, monke
     (inc / "outer.cuh").write_text('#include "sub/inner.cuh"\n')
     (inc / "sub" / "inner.cuh").write_text('#include "value.cuh"\n')  # beside inner.cuh
     (inc / "sub" / "value.cuh").write_text("#define V 1111\n")
-    src = ('#include <outer.cuh>\n#if 0\n#include "nowhere.cuh"\n#endif\n'
-           'extern "C" __global__ void k(int* y) { y[0] = V; }\n')
+    src = (
+        '#include <outer.cuh>\n#if 0\n#include "nowhere.cuh"\n#endif\n'
+        'extern "C" __global__ void k(int* y) { y[0] = V; }\n'
+    )
 
     def compiled():
         options = [o.format(inc) for o in form]
@@ -681,8 +786,10 @@ def test_the_header_key_follows_each_include_as_nvrtc_finds_it(tmp_path, monkeyp
     (odd / "sub" / "four.cuh").write_text("#include <v.cuh>\n")
     (odd / "v.cuh").write_text("#define V 5555\n")  # what <v.cuh> in sub/four.cuh opens
     (odd / "sub" / "v.cuh").write_text("#define V 6666\n")  # beside it, not searched
-    src = ('#include <two.cuh>\n#include "three.cuh"\n#include "sub/four.cuh"\n'
-           'extern "C" __global__ void k(int* y) { y[0] = TWO; y[1] = THREE; y[2] = V; }\n')
+    src = (
+        '#include <two.cuh>\n#include "three.cuh"\n#include "sub/four.cuh"\n'
+        'extern "C" __global__ void k(int* y) { y[0] = TWO; y[1] = THREE; y[2] = V; }\n'
+    )
     options = [f"-I{first}", "-I", str(second), f"--include-path={odd}"]
 
     def compiled():
@@ -692,9 +799,11 @@ def test_the_header_key_follows_each_include_as_nvrtc_finds_it(tmp_path, monkeyp
     assert not got.from_cache and all(v in got.ptx for v in ("1111", "3333", "5555"))
     (odd / "sub" / "v.cuh").write_text("#define V 7777\n")  # NVRTC does not read it
     assert compiled().from_cache
-    for path, old, new in ((second / "two.cuh", b"1111", b"2222"),
-                           (odd / "three.cuh", b"3333", b"4444"),
-                           (odd / "v.cuh", b"5555", b"8888")):
+    for path, old, new in (
+        (second / "two.cuh", b"1111", b"2222"),
+        (odd / "three.cuh", b"3333", b"4444"),
+        (odd / "v.cuh", b"5555", b"8888"),
+    ):
         path.write_bytes(path.read_bytes().replace(old, new))
         again = compiled()
         assert not again.from_cache and new.decode() in again.ptx, path.name
@@ -715,8 +824,9 @@ def test_a_compile_that_stores_nothing_reads_no_headers(tmp_path, monkeypatch):
     scanned = []
     real = compiler._user_headers
     monkeypatch.setattr(compiler, "_user_headers", lambda *a: scanned.append(a) or real(*a))
-    got = tf.compile_cuda(src, options=[f"-I{tmp_path}"], target="ptx", arch="compute_90",
-                          cache=False)
+    got = tf.compile_cuda(
+        src, options=[f"-I{tmp_path}"], target="ptx", arch="compute_90", cache=False
+    )
     assert "7" in got.ptx and scanned == [] and not (tmp_path / "cache").exists()
     tf.compile_cuda(src, options=[f"-I{tmp_path}"], target="ptx", arch="compute_90")
     assert len(scanned) == 1  # the cached compile keys on them
@@ -735,10 +845,13 @@ def test_a_kernel_file_compiles_under_its_name_with_its_folder_searched(tmp_path
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "common.cuh").write_text("#define SCALE 3.5f\n")
     kernel = tmp_path / "scale.cu"
-    kernel.write_text('// café, in UTF-8: read as it is\n'
-                      '#include "common.cuh"\n#include <cstdint>\n'
-                      'extern "C" __global__ void scale(float* y, std::int64_t n) {\n'
-                      '    if (threadIdx.x < n) y[threadIdx.x] *= SCALE; }\n', encoding="utf-8")
+    kernel.write_text(
+        "// café, in UTF-8: read as it is\n"
+        '#include "common.cuh"\n#include <cstdint>\n'
+        'extern "C" __global__ void scale(float* y, std::int64_t n) {\n'
+        "    if (threadIdx.x < n) y[threadIdx.x] *= SCALE; }\n",
+        encoding="utf-8",
+    )
     got = tf.compile_cuda(pathlib.Path(kernel), target="ptx", arch="compute_90")
     assert [p.c_type.spell() for p in got.signatures["scale"].params] == ["float*", "long long"]
     assert "0f40600000" in got.ptx  # 3.5f, from the header beside the file
@@ -751,13 +864,20 @@ def test_a_kernel_file_compiles_under_its_name_with_its_folder_searched(tmp_path
     assert 'scale.cu(2): error: identifier "nope" is undefined' in info.value.log
 
 
-@pytest.mark.parametrize(("make", "says"), [
-    (lambda d: d / "missing.cu", r"source='.*missing\.cu' does not exist"),
-    (lambda d: (d / "folder.cu").mkdir() or d / "folder.cu",
-     r"source='.*folder\.cu' cannot be read: Is a directory"),
-    (lambda d: (d / "latin1.cu").write_bytes(b"// caf\xe9\n") and d / "latin1.cu",
-     r"source='.*latin1\.cu' is not UTF-8 text \(byte 6: invalid continuation byte\)"),
-])
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda d: d / "missing.cu", r"source='.*missing\.cu' does not exist"),
+        (
+            lambda d: (d / "folder.cu").mkdir() or d / "folder.cu",
+            r"source='.*folder\.cu' cannot be read: Is a directory",
+        ),
+        (
+            lambda d: (d / "latin1.cu").write_bytes(b"// caf\xe9\n") and d / "latin1.cu",
+            r"source='.*latin1\.cu' is not UTF-8 text \(byte 6: invalid continuation byte\)",
+        ),
+    ],
+)
 def test_a_kernel_file_that_cannot_be_read_is_refused(tmp_path, monkeypatch, make, says):
     monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path / "cache"))
     path = make(tmp_path)
@@ -773,8 +893,9 @@ def test_a_str_source_is_text_even_where_it_names_a_file(tmp_path):
         tf.compile_cuda(str(kernel), cache=False)
 
 
-def test_compiles_and_cache_hits_are_logged_and_an_unwritable_cache_warns(caplog, tmp_path,
-                                                                           monkeypatch):
+def test_compiles_and_cache_hits_are_logged_and_an_unwritable_cache_warns(
+    caplog, tmp_path, monkeypatch
+):
     import logging
 
     src = 'extern "C" __global__ void logged(float* y) { y[threadIdx.x] = 1.0f; }'

@@ -23,11 +23,16 @@ def _skip(reason, where="tests/test_x.py"):
 
 def test_each_skip_reason_is_written_once_with_its_count_most_first():
     driver = "needs a GPU: session: no CUDA driver on this machine (libcuda could not be loaded)"
-    reporter = _Reporter([_skip(driver, f"tests/test_{i}.py") for i in range(136)] +
-                         [_skip("could not import 'torch'")])
+    reporter = _Reporter(
+        [_skip(driver, f"tests/test_{i}.py") for i in range(136)]
+        + [_skip("could not import 'torch'")]
+    )
     pytest_terminal_summary(reporter)
-    assert reporter.lines == ["== skipped, by reason", f"  136  {driver}",
-                              "    1  could not import 'torch'"]
+    assert reporter.lines == [
+        "== skipped, by reason",
+        f"  136  {driver}",
+        "    1  could not import 'torch'",
+    ]
 
 
 def test_a_run_without_skips_writes_nothing():

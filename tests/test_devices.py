@@ -36,12 +36,18 @@ def test_is_available_on_a_gpu_machine(device):
 
 def test_local_device_refuses_bad_values(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "one")
-    with pytest.raises(tf.ValidationError, match=r"tenferro\.local_device: LOCAL_RANK='one' is "
-                                                 r"not an integer"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"tenferro\.local_device: LOCAL_RANK='one' is "
+        r"not an integer",
+    ):
         tf.local_device()
     monkeypatch.setenv("LOCAL_RANK", "-1")
-    with pytest.raises(tf.ValidationError, match=r"tenferro\.local_device: LOCAL_RANK=-1 must "
-                                                 r"be >= 0"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"tenferro\.local_device: LOCAL_RANK=-1 must "
+        r"be >= 0",
+    ):
         tf.local_device()
 
 
@@ -56,9 +62,12 @@ def test_local_device_takes_0_to_the_last_device_seen(monkeypatch):
         assert tf.local_device() == rank
     monkeypatch.setenv("LOCAL_RANK", "2")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
-    with pytest.raises(tf.RuntimeStateError, match=r"^tenferro\.local_device: LOCAL_RANK=2 but "
-                                                   r"this process sees 2 device\(s\) "
-                                                   r"\(CUDA_VISIBLE_DEVICES=4,5\)$"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^tenferro\.local_device: LOCAL_RANK=2 but "
+        r"this process sees 2 device\(s\) "
+        r"\(CUDA_VISIBLE_DEVICES=4,5\)$",
+    ):
         tf.local_device()
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     with pytest.raises(tf.RuntimeStateError, match=r"\(CUDA_VISIBLE_DEVICES=unset\)$"):
@@ -75,8 +84,11 @@ def test_local_device_follows_the_launcher(device, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", str(count - 1))
     assert tf.local_device() == count - 1
     monkeypatch.setenv("LOCAL_RANK", str(count))
-    with pytest.raises(tf.RuntimeStateError, match=rf"LOCAL_RANK={count} but this process sees "
-                                                   rf"{count} device"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=rf"LOCAL_RANK={count} but this process sees "
+        rf"{count} device",
+    ):
         tf.local_device()
 
 
@@ -93,6 +105,7 @@ def test_sessions_in_threads_each_on_a_device(device, rng):
             with tf.Session(device=dev) as s:
                 y = s.upload(data[i])
                 from tenferro import kernels as k
+
                 k.axpy(s, y, s.upload(data[i]), 2.0)
                 results[i] = s.download(y)
         except Exception as exc:  # reported below, with the thread's device
@@ -125,17 +138,29 @@ def test_copy_peer_between_sessions_bit_for_bit(device, rng):
                     d = s1.alloc_output((123, 77), np.float64)
                     s1.copy_peer(d, src)
                     out["y"] = s1.download(d)
-                    with pytest.raises(tf.ValidationError, match=r"session\.copy_peer: dst has "
-                                                                 r"8 bytes, src has 75768"):
+                    with pytest.raises(
+                        tf.ValidationError,
+                        match=r"session\.copy_peer: dst has "
+                        r"8 bytes, src has 75768",
+                    ):
                         s1.copy_peer(s1.alloc_output((1,), np.float64), src)
-                    with pytest.raises(tf.ValidationError, match=r"session\.copy_peer: dst is "
-                                                                 r"f32, src is f64"):
+                    with pytest.raises(
+                        tf.ValidationError,
+                        match=r"session\.copy_peer: dst is "
+                        r"f32, src is f64",
+                    ):
                         s1.copy_peer(s1.alloc_output((123, 154), np.float32), src)
-                    with pytest.raises(tf.ValidationError, match=r"session\.copy_peer: src must"
-                                                                 r" be a tf\.Tensor"):
+                    with pytest.raises(
+                        tf.ValidationError,
+                        match=r"session\.copy_peer: src must"
+                        r" be a tf\.Tensor",
+                    ):
                         s1.copy_peer(d, a)
-                    with pytest.raises(tf.ValidationError, match=r"session\.copy_peer: src "
-                                                                 r"belongs to this session"):
+                    with pytest.raises(
+                        tf.ValidationError,
+                        match=r"session\.copy_peer: src "
+                        r"belongs to this session",
+                    ):
                         s1.copy_peer(d, d)
             except BaseException as exc:
                 errors.append(exc)

@@ -15,8 +15,11 @@ def _has_driver() -> bool:
 
 @pytest.mark.skipif(_has_driver(), reason="a CUDA driver is present; this checks its absence")
 def test_no_driver_is_a_clear_runtime_state_error():
-    with pytest.raises(tf.RuntimeStateError, match=r"session: (no CUDA driver|the CUDA driver "
-                                                   r"found no GPU)"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"session: (no CUDA driver|the CUDA driver "
+        r"found no GPU)",
+    ):
         _driver.ensure_init("session")
     with pytest.raises(tf.RuntimeStateError, match=r"session: "):
         _driver.PrimaryContext.get(0)
@@ -27,8 +30,9 @@ def test_nvrtc_works_without_a_driver():
     major, minor = _driver.nvrtc_version()
     assert major >= 12 and 0 <= minor < 100
     # NVRTC compiles without a driver: PTX of its own ISA for the architecture asked.
-    ptx = tf.compile_cuda('extern "C" __global__ void k(int* p) { *p = 1; }', arch="compute_90",
-                          target="ptx").ptx
+    ptx = tf.compile_cuda(
+        'extern "C" __global__ void k(int* p) { *p = 1; }', arch="compute_90", target="ptx"
+    ).ptx
     assert ".target sm_90" in ptx and ".entry k(" in ptx
 
 
@@ -48,8 +52,11 @@ def test_both_ways_of_waiting_for_a_stream_work_and_report_the_driver_result(ses
             assert results.result_name(err).startswith("CUDA_ERROR_INVALID")
     finally:
         _driver.event_destroy(ev)
-    with pytest.raises(tf.BackendError, match=r"^session\.test: the driver returned "
-                                              r"CUDA_ERROR_INVALID"):
+    with pytest.raises(
+        tf.BackendError,
+        match=r"^session\.test: the driver returned "
+        r"CUDA_ERROR_INVALID",
+    ):
         _driver.wait_for_stream(session.stream, 1, 0, "session.test")
     assert np.isfinite(session.download(session.upload(np.ones(3)))).all()  # still usable
 
@@ -60,14 +67,20 @@ def fresh_fast_calls(monkeypatch):
     driver: launches are recorded, not made."""
     sent = []
     monkeypatch.setattr(fast_launch, "_launch_kernel", lambda *a: sent.append(a) or (0,))
-    for name, value in (("_fast_launch", None), ("_fast_wait", None), ("_calls", 0),
-                        ("_build_thread", None), ("HOT_CALLS", 3)):
+    for name, value in (
+        ("_fast_launch", None),
+        ("_fast_wait", None),
+        ("_calls", 0),
+        ("_build_thread", None),
+        ("HOT_CALLS", 3),
+    ):
         monkeypatch.setattr(fast_launch, name, value)
     return sent
 
 
 def test_launches_use_the_bindings_until_the_process_is_hot_then_the_fast_launcher(
-        fresh_fast_calls, monkeypatch):
+    fresh_fast_calls, monkeypatch
+):
     built = []
 
     def fast(record):
@@ -124,14 +137,19 @@ def test_cccl_headers_are_found_where_pathfinder_puts_them(monkeypatch, tmp_path
     """A CCCL wheel installed apart from the toolkit headers (another site directory) is used."""
     (tmp_path / "toolkit").mkdir()
     (tmp_path / "elsewhere" / "cccl").mkdir(parents=True)
-    _pathfinder_answers(monkeypatch, {"cudart": str(tmp_path / "toolkit"),
-                                      "cccl": str(tmp_path / "elsewhere" / "cccl")})
-    assert _driver.cuda_include_dirs() == [str(tmp_path / "toolkit"),
-                                           str(tmp_path / "elsewhere" / "cccl")]
+    _pathfinder_answers(
+        monkeypatch,
+        {"cudart": str(tmp_path / "toolkit"), "cccl": str(tmp_path / "elsewhere" / "cccl")},
+    )
+    assert _driver.cuda_include_dirs() == [
+        str(tmp_path / "toolkit"),
+        str(tmp_path / "elsewhere" / "cccl"),
+    ]
 
 
-def test_cccl_beside_the_toolkit_headers_is_used_when_pathfinder_knows_no_cccl(monkeypatch,
-                                                                                  tmp_path):
+def test_cccl_beside_the_toolkit_headers_is_used_when_pathfinder_knows_no_cccl(
+    monkeypatch, tmp_path
+):
     _pathfinder_answers(monkeypatch, {"cudart": str(tmp_path)})
     assert _driver.cuda_include_dirs() == [str(tmp_path)]  # no cccl anywhere: the toolkit alone
     (tmp_path / "cccl").mkdir()
@@ -142,21 +160,36 @@ def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attribute
     from cuda.bindings import driver as cu
 
     seen = []
-    monkeypatch.setattr(cu, "cuLaunchKernelEx",
-                        lambda config, f, params, extra: seen.append(
-                            (config, int(f), params, extra)) or (cu.CUresult.CUDA_SUCCESS,))
-    rec = _driver.ExtendedLaunchRecord(0x1234, (4, 2, 1, 64, 2, 1, 512), 0x99, 0xABC0,
-                                       (2, 2, 1), True)
+    monkeypatch.setattr(
+        cu,
+        "cuLaunchKernelEx",
+        lambda config, f, params, extra: (
+            seen.append((config, int(f), params, extra)) or (cu.CUresult.CUDA_SUCCESS,)
+        ),
+    )
+    rec = _driver.ExtendedLaunchRecord(
+        0x1234, (4, 2, 1, 64, 2, 1, 512), 0x99, 0xABC0, (2, 2, 1), True
+    )
     assert _driver.launcher(True)(rec.address) == 0
-    (config, f, params, extra), = seen
+    ((config, f, params, extra),) = seen
     assert (f, params, extra) == (0x1234, 0xABC0, 0)
-    assert (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX,
-            config.blockDimY, config.blockDimZ, config.sharedMemBytes) == (4, 2, 1, 64, 2, 1, 512)
+    assert (
+        config.gridDimX,
+        config.gridDimY,
+        config.gridDimZ,
+        config.blockDimX,
+        config.blockDimY,
+        config.blockDimZ,
+        config.sharedMemBytes,
+    ) == (4, 2, 1, 64, 2, 1, 512)
     assert int(config.hStream) == 0x99 and config.numAttrs == 2
     cluster, coop = config.attrs
     assert cluster.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    assert (cluster.value.clusterDim.x, cluster.value.clusterDim.y,
-            cluster.value.clusterDim.z) == (2, 2, 1)
+    assert (cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z) == (
+        2,
+        2,
+        1,
+    )
     assert coop.id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
     assert coop.value.cooperative == 1
     with pytest.raises(KeyError):  # the plain launchers never take an extended record
@@ -170,11 +203,18 @@ def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attribute
         _driver.launcher(True)(address)
 
 
-@pytest.mark.parametrize(("cluster", "cooperative", "kind"), [
-    (None, False, "LaunchRecord"), ((2, 1, 1), False, "ExtendedLaunchRecord"),
-    (None, True, "ExtendedLaunchRecord"), ((1, 1, 1), True, "ExtendedLaunchRecord")])
-def test_a_launch_record_is_extended_exactly_with_clusters_or_cooperation(cluster, cooperative,
-                                                                          kind):
+@pytest.mark.parametrize(
+    ("cluster", "cooperative", "kind"),
+    [
+        (None, False, "LaunchRecord"),
+        ((2, 1, 1), False, "ExtendedLaunchRecord"),
+        (None, True, "ExtendedLaunchRecord"),
+        ((1, 1, 1), True, "ExtendedLaunchRecord"),
+    ],
+)
+def test_a_launch_record_is_extended_exactly_with_clusters_or_cooperation(
+    cluster, cooperative, kind
+):
     rec = _driver.launch_record(0x1, (2, 1, 1, 32, 1, 1, 0), 0x2, 0x3, cluster, cooperative)
     assert type(rec).__name__ == kind
 
@@ -182,8 +222,9 @@ def test_a_launch_record_is_extended_exactly_with_clusters_or_cooperation(cluste
 class _ParamInfoDriver:
     """cuda.bindings' driver as far as `func_param_layout` asks it: params of 8, 4, 4 bytes."""
 
-    CUresult = type("CUresult", (), {"CUDA_ERROR_INVALID_VALUE": 1,
-                                     "CUDA_ERROR_NOT_SUPPORTED": 801})
+    CUresult = type(
+        "CUresult", (), {"CUDA_ERROR_INVALID_VALUE": 1, "CUDA_ERROR_NOT_SUPPORTED": 801}
+    )
     LAYOUT = ((0, 8), (8, 4), (12, 4))
 
     def __init__(self, count):
@@ -256,8 +297,11 @@ def test_peer_access_the_hardware_lacks_is_false_and_a_refusal_names_the_operati
     devices.asked.clear()
     devices.peers = {(0xD0, 0xD1)}
     devices.enable_result = cu.CUresult.CUDA_ERROR_TOO_MANY_PEERS
-    with pytest.raises(tf.BackendError, match=r"^session\.copy_peer: the driver returned "
-                                              r"CUDA_ERROR_TOO_MANY_PEERS$"):
+    with pytest.raises(
+        tf.BackendError,
+        match=r"^session\.copy_peer: the driver returned "
+        r"CUDA_ERROR_TOO_MANY_PEERS$",
+    ):
         _driver.enable_peer_access(c0, c1, op)
     devices.enable_result = cu.CUresult.CUDA_SUCCESS
     assert _driver.enable_peer_access(c0, c1, op) is True  # a refusal is not kept either

@@ -35,12 +35,15 @@ def test_from_numpy_takes_a_scalar_class_and_its_dtype_alike():
         dtypes.from_numpy([], "op")  # unhashable: np.dtype reads it (an empty struct)
 
 
-@pytest.mark.parametrize(("dtype", "msg"), [
-    (">f4", r"op: dtype >f4 is not supported on the device"),
-    (object, r"op: dtype object is not supported"),
-    ("U3", r"op: dtype <U3 is not supported"),
-    ("not a dtype", r"op: 'not a dtype' is not a dtype"),
-])
+@pytest.mark.parametrize(
+    ("dtype", "msg"),
+    [
+        (">f4", r"op: dtype >f4 is not supported on the device"),
+        (object, r"op: dtype object is not supported"),
+        ("U3", r"op: dtype <U3 is not supported"),
+        ("not a dtype", r"op: 'not a dtype' is not a dtype"),
+    ],
+)
 def test_from_numpy_refuses_by_name(dtype, msg):
     with pytest.raises(tf.ValidationError, match=msg):
         dtypes.from_numpy(dtype, "op")
@@ -58,9 +61,17 @@ def test_lookups_refuse_what_the_table_lacks():
     assert np.dtype(np.float32) == dtypes.by_name("f32").numpy
 
 
-_INTS = [("u8", 0, 255), ("u16", 0, 65535), ("u32", 0, 2**32 - 1), ("u64", 0, 2**64 - 1),
-         ("i8", -128, 127), ("i16", -32768, 32767), ("i32", -2**31, 2**31 - 1),
-         ("i64", -2**63, 2**63 - 1), ("bool", 0, 1)]
+_INTS = [
+    ("u8", 0, 255),
+    ("u16", 0, 65535),
+    ("u32", 0, 2**32 - 1),
+    ("u64", 0, 2**64 - 1),
+    ("i8", -128, 127),
+    ("i16", -32768, 32767),
+    ("i32", -(2**31), 2**31 - 1),
+    ("i64", -(2**63), 2**63 - 1),
+    ("bool", 0, 1),
+]
 
 
 @pytest.mark.parametrize(("name", "lo", "hi"), _INTS)
@@ -68,12 +79,16 @@ def test_the_general_packer_takes_exactly_each_integer_range(name, lo, hi):
     # tf.u8(255) packs Python ints itself; pack_scalar is what numpy integers, KernelArg.scalar
     # and bare numbers given for a known parameter type go through.
     t = dtypes.by_name(name)
-    for v in (lo, hi, np.int64(lo) if lo >= -2**63 else lo, np.uint64(hi) if hi < 2**64 else hi):
-        assert int.from_bytes(dtypes.pack_scalar(t, v, "op"), "little",
-                              signed=t.kind == "int") == int(v)
+    for v in (lo, hi, np.int64(lo) if lo >= -(2**63) else lo, np.uint64(hi) if hi < 2**64 else hi):
+        assert int.from_bytes(
+            dtypes.pack_scalar(t, v, "op"), "little", signed=t.kind == "int"
+        ) == int(v)
     for v in (lo - 1, hi + 1):
-        with pytest.raises(tf.ValidationError, match=rf"^op: {v} is out of range for {name} "
-                                                     rf"\[{lo}, {hi}\]"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^op: {v} is out of range for {name} "
+            rf"\[{lo}, {hi}\]",
+        ):
             dtypes.pack_scalar(t, v, "op")
 
 
@@ -83,27 +98,39 @@ def test_the_general_packer_on_bools_and_non_integers():
     assert dtypes.pack_scalar(b, np.bool_(True), "op") == b"\x01"
     assert dtypes.pack_scalar(b, False, "op") == b"\x00"
     for v, kind in ((1.0, "float"), (np.float32(2), "float32"), ("3", "str"), (None, "NoneType")):
-        with pytest.raises(tf.ValidationError,
-                           match=rf"^op: i32 needs an integer, got {kind} "):
+        with pytest.raises(tf.ValidationError, match=rf"^op: i32 needs an integer, got {kind} "):
             dtypes.pack_scalar(i32, v, "op")
     with pytest.raises(tf.ValidationError, match=r"^op: f32 needs a real number, got str '1'"):
         dtypes.pack_scalar(dtypes.by_name("f32"), "1", "op")
 
 
 def test_overflow_messages_name_each_types_largest_value():
-    with pytest.raises(tf.ValidationError, match=r"^op: 70000\.0 overflows f16 \(it rounds past "
-                                                 r"65504\.0\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^op: 70000\.0 overflows f16 \(it rounds past "
+        r"65504\.0\)",
+    ):
         dtypes.pack_scalar(dtypes.by_name("f16"), 70000.0, "op")
-    with pytest.raises(tf.ValidationError, match=r"^op: 1e\+39 overflows f32 \(it rounds past "
-                                                 r"3\.4028234663852886e\+38\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^op: 1e\+39 overflows f32 \(it rounds past "
+        r"3\.4028234663852886e\+38\)",
+    ):
         dtypes.pack_scalar(dtypes.by_name("f32"), 1e39, "op")
 
 
-@pytest.mark.parametrize(("value", "bits"), [
-    (1.0, 0x3F80), (-2.0, 0xC000), (float("inf"), 0x7F80), (float("-inf"), 0xFF80),
-    (1.00390625, 0x3F80),  # exactly half way between 0x3F80 and 0x3F81: to the even one
-    (1.01171875, 0x3F82),  # half way between 0x3F81 and 0x3F82: to the even one, up
-    (3.3895313892515355e38, 0x7F7F)])  # bf16's largest finite value
+@pytest.mark.parametrize(
+    ("value", "bits"),
+    [
+        (1.0, 0x3F80),
+        (-2.0, 0xC000),
+        (float("inf"), 0x7F80),
+        (float("-inf"), 0xFF80),
+        (1.00390625, 0x3F80),  # exactly half way between 0x3F80 and 0x3F81: to the even one
+        (1.01171875, 0x3F82),  # half way between 0x3F81 and 0x3F82: to the even one, up
+        (3.3895313892515355e38, 0x7F7F),
+    ],
+)  # bf16's largest finite value
 def test_bf16_rounds_to_nearest_even(value, bits):
     assert dtypes.pack_scalar(dtypes.by_name("bf16"), value, "op") == bits.to_bytes(2, "little")
 
@@ -118,8 +145,11 @@ def test_lookups_name_their_default_operation():
 
 def test_an_integer_past_float64_is_named_by_its_length():
     for name in ("f32", "c64", "c128"):
-        with pytest.raises(tf.ValidationError, match=rf"^op: an integer of 401 digits overflows "
-                                                     rf"{name}$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^op: an integer of 401 digits overflows "
+            rf"{name}$",
+        ):
             dtypes.pack_scalar(dtypes.by_name(name), -(10**400), "op")
     assert dtypes.pack_scalar(dtypes.by_name("f64"), 10**308, "op") == struct.pack("<d", 1e308)
 
@@ -141,7 +171,6 @@ def test_the_numpy_table_is_a_read_only_lookup_that_never_raises():
     assert dtypes.BY_NUMPY.get(np.dtype(np.float32)) is dtypes.by_name("f32")
     assert dtypes.BY_NUMPY.get(np.dtype(">f4")) is None  # big-endian: no device type
     assert dtypes.BY_NUMPY.get(np.dtype(object)) is None
-    assert set(dtypes.BY_NUMPY.values()) == {t for t in dtypes.SCALAR_TYPES
-                                             if t.numpy is not None}
+    assert set(dtypes.BY_NUMPY.values()) == {t for t in dtypes.SCALAR_TYPES if t.numpy is not None}
     with pytest.raises(TypeError):
         dtypes.BY_NUMPY[np.dtype(np.float32)] = dtypes.by_name("f64")

@@ -8,8 +8,13 @@ def test_every_error_is_a_tenferro_error_and_the_builtin_it_stands_for():
     assert issubclass(tf.ValidationError, ValueError)
     assert issubclass(tf.RuntimeStateError, RuntimeError)
     assert issubclass(tf.KernelFault, tf.BackendError)
-    for cls in (tf.ValidationError, tf.RuntimeStateError, tf.BackendError, tf.CompileError,
-                tf.KernelFault):
+    for cls in (
+        tf.ValidationError,
+        tf.RuntimeStateError,
+        tf.BackendError,
+        tf.CompileError,
+        tf.KernelFault,
+    ):
         assert issubclass(cls, tf.TenferroError)
 
 
@@ -32,8 +37,11 @@ def test_driver_errors_carry_the_result_and_the_launches_only_when_given():
     fault = tf.KernelFault("session.synchronize: illegal address")
     assert (fault.result_name, fault.result_code, fault.launches) == ("", 0, ())
     fault = tf.KernelFault("m", "CUDA_ERROR_ILLEGAL_ADDRESS", 700, ("axpy", "scale"))
-    assert (fault.result_name, fault.result_code, fault.launches) == \
-        ("CUDA_ERROR_ILLEGAL_ADDRESS", 700, ("axpy", "scale"))
+    assert (fault.result_name, fault.result_code, fault.launches) == (
+        "CUDA_ERROR_ILLEGAL_ADDRESS",
+        700,
+        ("axpy", "scale"),
+    )
 
 
 def test_a_compile_error_adds_the_log_on_its_own_lines_only_when_there_is_one():

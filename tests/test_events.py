@@ -14,13 +14,15 @@ def test_events_time_work_and_order_streams(session, rng):
     x = session.upload(rng.standard_normal(n))
     y = session.alloc_output((n,), np.float64)
     start = session.record_event()
-    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 1.0,
-                                                 n, 20_000_000])
+    session.launch(
+        fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 1.0, n, 20_000_000]
+    )
     end = session.record_event()
     # elapsed_ms never waits: the kernel spins for milliseconds, so end is still pending.
     assert not end.query()
-    with pytest.raises(tf.RuntimeStateError,
-                       match=r"event\.elapsed_ms: the end event has not completed"):
+    with pytest.raises(
+        tf.RuntimeStateError, match=r"event\.elapsed_ms: the end event has not completed"
+    ):
         start.elapsed_ms(end)
     assert not end.query()  # the refusal did not wait either
     end.synchronize()
@@ -33,8 +35,11 @@ def test_events_time_work_and_order_streams(session, rng):
         session.wait("now")
     # A second session (own stream) waits on the first one's event without a host block.
     with tf.Session() as s2:
-        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x),
-                                                     4.0, n, 20_000_000])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n),
+            [session.tensor_mut(y), session.tensor(x), 4.0, n, 20_000_000],
+        )
         done = session.record_event(timing=False)
         s2.wait(done)
         out = s2.download(y)  # s2's stream is ordered after the first session's launch

@@ -95,8 +95,9 @@ def test_graph_holds_its_tensors_after_python_drops_them(session, rng):
     x = session.upload(x0)
     gone = weakref.ref(x)
     with session.capture() as cap:
-        session.launch(axpy, tf.LaunchConfig.flat(N),
-                       [session.tensor_mut(out), session.tensor(x), 2.0, N])
+        session.launch(
+            axpy, tf.LaunchConfig.flat(N), [session.tensor_mut(out), session.tensor(x), 2.0, N]
+        )
     graph = cap.graph
     del x, cap
     gc.collect()
@@ -117,8 +118,11 @@ def test_capture_refusals(session):
     y = session.alloc_zeros(16, np.float32)
     ym, yr = session.tensor_mut(y), session.tensor(session.alloc_zeros(16, np.float32))
     with session.capture() as cap:
-        with pytest.raises(tf.RuntimeStateError, match=r"session\.alloc_output: not allowed "
-                                                       r"during s\.capture\(\)"):
+        with pytest.raises(
+            tf.RuntimeStateError,
+            match=r"session\.alloc_output: not allowed "
+            r"during s\.capture\(\)",
+        ):
             session.alloc_output(4, np.float32)
         with pytest.raises(tf.RuntimeStateError, match=r"session\.synchronize: not allowed"):
             session.synchronize()
@@ -141,8 +145,9 @@ def test_tensor_dropped_during_capture_is_freed_after_it(session, rng):
     y, x = session.alloc_zeros(16, np.float32), session.upload(x0)
     scratch = session.alloc_zeros(1 << 20, np.float32)
     with session.capture() as cap:
-        session.launch(axpy, tf.LaunchConfig.flat(16),
-                       [session.tensor_mut(y), session.tensor(x), 1.0, 16])
+        session.launch(
+            axpy, tf.LaunchConfig.flat(16), [session.tensor_mut(y), session.tensor(x), 1.0, 16]
+        )
         del scratch  # must not become a free node of the graph
         assert len(state_of(session).liveness.deferred_frees) == 1
     assert state_of(session).liveness.deferred_frees == []
@@ -168,6 +173,7 @@ def test_graph_replay_refused_after_the_session_closes():
 
 
 # --- updating a graph in place: Graph.take_update through a stand-in driver ---------------------
+
 
 class _Exec:
     """A stand-in executable graph: records what it was made from and asked."""
@@ -226,8 +232,7 @@ def stand_in_graph(monkeypatch):
     return g, destroyed
 
 
-def test_a_graph_is_made_on_its_sessions_stream_and_destroyed_once_when_dropped(
-        stand_in_graph):
+def test_a_graph_is_made_on_its_sessions_stream_and_destroyed_once_when_dropped(stand_in_graph):
     from tenferro import graph as graph_part
 
     session, destroyed = stand_in_graph[0].state, stand_in_graph[1]
@@ -259,13 +264,17 @@ def test_a_graph_dropped_during_a_capture_is_destroyed_after_it(stand_in_graph):
     assert destroyed == [0x30, 0x40] and live.deferred_releases == []
 
 
-@pytest.mark.parametrize(("in_order_with", "result", "explained"), [
-    (frozenset((0x5, 1)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", True),
-    (frozenset((0x5,)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", False),  # non-blocking
-    (frozenset((0x5, 1)), "CUDA_ERROR_ILLEGAL_STATE", False),
-])
-def test_an_invalidated_capture_on_a_blocking_stream_says_why(monkeypatch, in_order_with,
-                                                                result, explained):
+@pytest.mark.parametrize(
+    ("in_order_with", "result", "explained"),
+    [
+        (frozenset((0x5, 1)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", True),
+        (frozenset((0x5,)), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", False),  # non-blocking
+        (frozenset((0x5, 1)), "CUDA_ERROR_ILLEGAL_STATE", False),
+    ],
+)
+def test_an_invalidated_capture_on_a_blocking_stream_says_why(
+    monkeypatch, in_order_with, result, explained
+):
     from tenferro import graph as graph_part
 
     def refuse(stream, op):
@@ -294,8 +303,7 @@ def test_an_invalidated_capture_on_a_blocking_stream_says_why(monkeypatch, in_or
     assert bool(re.search(why, note)) is explained
 
 
-def test_a_graph_whose_executable_was_refused_leaves_its_handle_to_the_capture(
-        stand_in_graph):
+def test_a_graph_whose_executable_was_refused_leaves_its_handle_to_the_capture(stand_in_graph):
     from tenferro import graph as graph_part
 
     session, destroyed = stand_in_graph[0].state, stand_in_graph[1]
@@ -323,10 +331,13 @@ def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
     g, destroyed = stand_in_graph
     first_exec = g._exec
     _Exec.refuse = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"
-    with pytest.raises(tf.ValidationError, match=r"^session\.capture: update=graph: the new "
-                                                 r"capture is not the same work as the graph's, "
-                                                 r"so it cannot update it \(CUDA_ERROR_GRAPH_"
-                                                 r"EXEC_UPDATE_FAILURE\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.capture: update=graph: the new "
+        r"capture is not the same work as the graph's, "
+        r"so it cannot update it \(CUDA_ERROR_GRAPH_"
+        r"EXEC_UPDATE_FAILURE\)",
+    ):
         g.take_update(0x20, 2, ["new owners"], "session.capture")  # same count, other kernels
     assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
     assert destroyed == [0x20] and g.state.liveness.held == []
@@ -341,14 +352,20 @@ def test_a_graph_whose_executable_cannot_be_made_again_after_a_refused_update(st
     g, destroyed = stand_in_graph
     first_exec = g._exec
     _Exec.refuse, _Exec.fail = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", True
-    with pytest.raises(tf.BackendError, match=r"^session\.capture: the driver returned "
-                                              r"CUDA_ERROR_OUT_OF_MEMORY"):
+    with pytest.raises(
+        tf.BackendError,
+        match=r"^session\.capture: the driver returned "
+        r"CUDA_ERROR_OUT_OF_MEMORY",
+    ):
         g.take_update(0x20, 2, ["new owners"], "session.capture")
     assert first_exec.destroyed == 1 and g._exec is None and destroyed == [0x20]
     session = g.state
-    with pytest.raises(tf.RuntimeStateError, match=r"^graph\.launch: the graph cannot replay: "
-                                                   r"making its executable graph again after "
-                                                   r"a refused update failed"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^graph\.launch: the graph cannot replay: "
+        r"making its executable graph again after "
+        r"a refused update failed",
+    ):
         g.launch()
     assert session.liveness.held == [] and destroyed == [0x20]
     g.__del__()  # what dropping it runs (the fixture still holds it)
@@ -359,9 +376,12 @@ def test_a_graph_whose_executable_cannot_be_made_again_after_a_refused_update(st
 def test_an_update_of_another_node_count_is_refused_before_the_driver(stand_in_graph, count):
     g, destroyed = stand_in_graph
     first_exec = g._exec
-    with pytest.raises(tf.ValidationError, match=rf"^session\.capture: update=graph: the new "
-                                                 rf"capture is not the same work .* \(it has "
-                                                 rf"{count} node\(s\), the graph 2\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.capture: update=graph: the new "
+        rf"capture is not the same work .* \(it has "
+        rf"{count} node\(s\), the graph 2\)",
+    ):
         g.take_update(0x20, count, ["new owners"], "session.capture")
     assert first_exec.updates == [] and not first_exec.destroyed and g._exec is first_exec
     assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
@@ -370,21 +390,28 @@ def test_an_update_of_another_node_count_is_refused_before_the_driver(stand_in_g
 
 @pytest.mark.parametrize("bad", [5, "graph", object()])
 def test_update_must_be_a_graph_of_the_session(bad):
-    with pytest.raises(tf.ValidationError, match=rf"^session\.capture: update must be a Graph of "
-                                                 rf"this session, got {type(bad).__name__}"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.capture: update must be a Graph of "
+        rf"this session, got {type(bad).__name__}",
+    ):
         tf.graph.capture(object(), update=bad)
 
 
 def test_update_refuses_a_graph_of_another_session(stand_in_graph):
     g, _ = stand_in_graph
-    with pytest.raises(tf.ValidationError, match=r"update must be a Graph of this session, got "
-                                                 r"Graph"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"update must be a Graph of this session, got "
+        r"Graph",
+    ):
         tf.graph.capture(object(), update=g)
     cap = tf.graph.capture(g.state, update=g)
     assert cap.update is g and cap.graph is None  # until its block ends
 
 
 # --- updating a graph in place, on the GPU -------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_a_graph_updated_with_other_buffers_replays_on_them(session, rng):
@@ -405,8 +432,9 @@ def test_a_graph_updated_with_other_buffers_replays_on_them(session, rng):
     assert cap2.graph is graph and graph.node_count == 1
     graph.launch()
     graph.launch()
-    np.testing.assert_allclose(session.download(y2), -6.0 * x2_0.astype(np.float64) + y2_0,
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        session.download(y2), -6.0 * x2_0.astype(np.float64) + y2_0, rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_array_equal(session.download(y1), first)  # the old buffers: untouched
     del x1
     session.synchronize()
@@ -424,9 +452,12 @@ def test_a_graph_update_with_other_work_is_refused_and_the_graph_unchanged(sessi
         session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), 1.0, N])
     graph = cap.graph
     owners = graph.owners
-    with pytest.raises(tf.ValidationError, match=r"session\.capture: update=graph: the new "
-                                                 r"capture is not the same work .*\(it has 2 "
-                                                 r"node\(s\), the graph 1\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.capture: update=graph: the new "
+        r"capture is not the same work .*\(it has 2 "
+        r"node\(s\), the graph 1\)",
+    ):
         with session.capture(update=graph):
             session.launch(axpy, cfg, [session.tensor_mut(other), session.tensor(x), 1.0, N])
             session.launch(axpy, cfg, [session.tensor_mut(other), session.tensor(x), 1.0, N])

@@ -15,23 +15,33 @@ from tenferro.spans import c_strides
 
 def test_cai_v3_fields(cai):
     f = read_cai(cai(0x7000, (4, 6), "<f4", strides=(4, 16), readonly=True, stream=2), "op")
-    assert (f.ptr, f.shape, f.strides, f.scalar_type.name, f.readonly, f.stream) == \
-        (0x7000, (4, 6), (4, 16), "f32", True, 2)
+    assert (f.ptr, f.shape, f.strides, f.scalar_type.name, f.readonly, f.stream) == (
+        0x7000,
+        (4, 6),
+        (4, 16),
+        "f32",
+        True,
+        2,
+    )
     g = read_cai(cai(0x8000, (3, 5), "<i2", version=2, stream=77), "op")
     assert g.strides == (10, 2) and g.stream is None  # v2 has no stream to order after
 
 
-@pytest.mark.parametrize(("kw", "msg"), [
-    ({"mask": object()}, r"has a mask"),
-    ({"stream": 0}, r"stream=0 is ambiguous"),
-    ({"stream": -1}, r"stream=-1 is not a stream handle"),
-    ({"stream": "s"}, r"stream='s' must be None, an int"),
-    ({"version": 1}, r"version=1 is not supported"),
-    ({"strides": (8,)}, r"strides=\(8,\) do not match shape=\(2, 2\)"),
-])
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [
+        ({"mask": object()}, r"has a mask"),
+        ({"stream": 0}, r"stream=0 is ambiguous"),
+        ({"stream": -1}, r"stream=-1 is not a stream handle"),
+        ({"stream": "s"}, r"stream='s' must be None, an int"),
+        ({"version": 1}, r"version=1 is not supported"),
+        ({"strides": (8,)}, r"strides=\(8,\) do not match shape=\(2, 2\)"),
+    ],
+)
 def test_cai_refusals(cai, kw, msg):
-    with pytest.raises(tf.ValidationError, match=r"session\.tensor: __cuda_array_interface__ "
-                                                 + msg):
+    with pytest.raises(
+        tf.ValidationError, match=r"session\.tensor: __cuda_array_interface__ " + msg
+    ):
         read_cai(cai(0x7000, (2, 2), "<f8", **kw), "session.tensor")
 
 
@@ -46,20 +56,40 @@ def test_cai_bad_typestr_and_shape(cai):
 
 # --- crafted CAI dicts: a right record or a clear refusal, never a crash ------------------
 
+
 @st.composite
 def cai_dicts(draw):
     ndim = draw(st.integers(0, 4))
-    shape = draw(st.one_of(st.lists(st.integers(-1, 7), min_size=ndim, max_size=ndim).map(tuple),
-                           st.sampled_from([None, [2, 3], (2.0,), "4"])))
+    shape = draw(
+        st.one_of(
+            st.lists(st.integers(-1, 7), min_size=ndim, max_size=ndim).map(tuple),
+            st.sampled_from([None, [2, 3], (2.0,), "4"]),
+        )
+    )
     return {
         "shape": shape,
-        "typestr": draw(st.sampled_from(["<f4", "<f8", "|u1", "<i8", ">f4", "<c8", "|b1",
-                                         "zz", "|O", 5])),
-        "data": draw(st.sampled_from([(0x7000, False), (0x7000, True), (0, False), None,
-                                      [0x7000, False], ("0x7000", False)])),
-        "strides": draw(st.one_of(st.none(), st.lists(st.integers(-64, 64), min_size=ndim,
-                                                      max_size=ndim).map(tuple),
-                                  st.just((8,) * (ndim + 1)))),
+        "typestr": draw(
+            st.sampled_from(["<f4", "<f8", "|u1", "<i8", ">f4", "<c8", "|b1", "zz", "|O", 5])
+        ),
+        "data": draw(
+            st.sampled_from(
+                [
+                    (0x7000, False),
+                    (0x7000, True),
+                    (0, False),
+                    None,
+                    [0x7000, False],
+                    ("0x7000", False),
+                ]
+            )
+        ),
+        "strides": draw(
+            st.one_of(
+                st.none(),
+                st.lists(st.integers(-64, 64), min_size=ndim, max_size=ndim).map(tuple),
+                st.just((8,) * (ndim + 1)),
+            )
+        ),
         "version": draw(st.sampled_from([3, 3, 2, 1, "3"])),
         "stream": draw(st.sampled_from([None, 1, 2, 0x1234, 0, -1, "s", True])),
         "mask": draw(st.sampled_from([None, None, object()])),
@@ -90,8 +120,11 @@ def test_cai_dicts_read_right_or_refused(cai):
     else:
         assert f.strides == cai["strides"] and len(f.strides) == len(f.shape)
     if cai["version"] >= 3 and cai["stream"] is not None:
-        assert f.stream == cai["stream"] and f.stream not in (0,) and not isinstance(
-            cai["stream"], bool)
+        assert (
+            f.stream == cai["stream"]
+            and f.stream not in (0,)
+            and not isinstance(cai["stream"], bool)
+        )
     else:
         assert f.stream is None
 
@@ -101,9 +134,11 @@ def test_cai_takes_zero_extents_keeps_its_producer_and_names_bad_fields():
     f = read_cai(p, "op")
     assert f.shape == (3, 0) and f.owner is p
     for field, value in (("shape", (2.0,)), ("strides", (4.0,))):
-        cai = {"shape": (1,), "typestr": "<f4", "data": (0x7000, False), "version": 3,
-               field: value}
-        with pytest.raises(tf.ValidationError, match=rf"^op: __cuda_array_interface__ "
-                                                     rf"{field}={re.escape(repr(value))} must "
-                                                     r"be a tuple of ints"):
+        cai = {"shape": (1,), "typestr": "<f4", "data": (0x7000, False), "version": 3, field: value}
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^op: __cuda_array_interface__ "
+            rf"{field}={re.escape(repr(value))} must "
+            r"be a tuple of ints",
+        ):
             read_cai(_Producer(cai), "op")

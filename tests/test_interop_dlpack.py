@@ -65,11 +65,17 @@ class _BadDevice:
 
 
 def test_a_producer_refusing_dlpack_is_named():
-    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack__\(\) of _Refuses "
-                                                 r"refused to export: BufferError: Can't export"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.tensor: x\.__dlpack__\(\) of _Refuses "
+        r"refused to export: BufferError: Can't export",
+    ):
         dlpack.read_dlpack(_Refuses(), 1, 0, "session.tensor")
-    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack_device__\(\) of "
-                                                 r"_BadDevice failed: ValueError"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.tensor: x\.__dlpack_device__\(\) of "
+        r"_BadDevice failed: ValueError",
+    ):
         dlpack.read_dlpack(_BadDevice(), 1, 0, "session.tensor")
 
 
@@ -89,9 +95,15 @@ _DL_KNOWN = {(k.dl_code, k.dl_bits): k for k in dtypes.SCALAR_TYPES}
 @st.composite
 def dltensors(draw):
     ndim = draw(st.integers(0, 6))
-    code, bits = draw(st.one_of(st.sampled_from(sorted(_DL_KNOWN)),
-                                st.tuples(st.sampled_from([0, 1, 2, 4, 5, 6, 200]),
-                                          st.sampled_from([1, 8, 16, 32, 64, 128, 12]))))
+    code, bits = draw(
+        st.one_of(
+            st.sampled_from(sorted(_DL_KNOWN)),
+            st.tuples(
+                st.sampled_from([0, 1, 2, 4, 5, 6, 200]),
+                st.sampled_from([1, 8, 16, 32, 64, 128, 12]),
+            ),
+        )
+    )
     return {
         "versioned": draw(st.booleans()),
         "major": draw(st.sampled_from([1, 1, 1, 1, 0, 2])),
@@ -104,8 +116,11 @@ def dltensors(draw):
         "bits": bits,
         "lanes": draw(st.sampled_from([1, 1, 1, 1, 2, 0])),
         "shape": draw(st.lists(st.integers(-1, 12), min_size=ndim, max_size=ndim)),
-        "strides": draw(st.one_of(st.none(), st.lists(st.integers(-(1 << 40), 1 << 40),
-                                                      min_size=ndim, max_size=ndim))),
+        "strides": draw(
+            st.one_of(
+                st.none(), st.lists(st.integers(-(1 << 40), 1 << 40), min_size=ndim, max_size=ndim)
+            )
+        ),
         "offset": draw(st.sampled_from([0, 8, 12, 1 << 20])),
     }
 
@@ -123,9 +138,20 @@ def _craft(d):
         struct.pack_into(f"<{ndim}q", buf, size, *d["shape"])
     if d["strides"] is not None and ndim:
         struct.pack_into(f"<{ndim}q", buf, size + 8 * ndim, *d["strides"])
-    dlpack.DLTENSOR.pack_into(buf, head, d["data"], d["device_type"], d["device_id"], ndim,
-                             d["code"], d["bits"], d["lanes"], shape_p if ndim else 0,
-                             strides_p if d["strides"] is not None and ndim else 0, d["offset"])
+    dlpack.DLTENSOR.pack_into(
+        buf,
+        head,
+        d["data"],
+        d["device_type"],
+        d["device_id"],
+        ndim,
+        d["code"],
+        d["bits"],
+        d["lanes"],
+        shape_p if ndim else 0,
+        strides_p if d["strides"] is not None and ndim else 0,
+        d["offset"],
+    )
     deleter = d.get("deleter", 0)
     if d["versioned"]:
         dlpack.VERSIONED_HEAD.pack_into(buf, 0, d["major"], 0, 0, deleter, d["flags"])
@@ -178,17 +204,36 @@ def test_a_dlpack_producer_that_says_its_view_is_negated_is_refused():
 
 
 def _plain(**kw):
-    d = {"versioned": True, "major": 1, "flags": 0, "data": 0x7000_0000, "device_type": 2,
-         "device_id": 0, "ndim": 1, "code": 2, "bits": 32, "lanes": 1, "shape": [4],
-         "strides": None, "offset": 0}
+    d = {
+        "versioned": True,
+        "major": 1,
+        "flags": 0,
+        "data": 0x7000_0000,
+        "device_type": 2,
+        "device_id": 0,
+        "ndim": 1,
+        "code": 2,
+        "bits": 32,
+        "lanes": 1,
+        "shape": [4],
+        "strides": None,
+        "offset": 0,
+    }
     d.update(kw)
     return d
 
 
-@pytest.mark.parametrize(("ndim", "shape", "ok"), [
-    (0, [], True), (1, [0], True), (2, [3, 0], True), (dlpack.MAX_NDIM, [1] * dlpack.MAX_NDIM,
-                                                       True),
-    (dlpack.MAX_NDIM + 1, [1] * (dlpack.MAX_NDIM + 1), False), (1, [-1], False)])
+@pytest.mark.parametrize(
+    ("ndim", "shape", "ok"),
+    [
+        (0, [], True),
+        (1, [0], True),
+        (2, [3, 0], True),
+        (dlpack.MAX_NDIM, [1] * dlpack.MAX_NDIM, True),
+        (dlpack.MAX_NDIM + 1, [1] * (dlpack.MAX_NDIM + 1), False),
+        (1, [-1], False),
+    ],
+)
 def test_dlpack_ndim_and_extents_on_both_sides(ndim, shape, ok):
     d = _plain(ndim=ndim, shape=shape)
     buf, cap = _craft(d)
@@ -197,17 +242,25 @@ def test_dlpack_ndim_and_extents_on_both_sides(ndim, shape, ok):
         assert f.shape == tuple(shape) and f.owner.producer is buf  # the owner keeps it alive
         assert f.strides == c_strides(f.shape, 4)
     else:
-        with pytest.raises(tf.ValidationError, match=r"^op: DLPack (ndim=65 must be from 0 to "
-                                                     r"64|shape=\(-1,\) has a negative extent)"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^op: DLPack (ndim=65 must be from 0 to "
+            r"64|shape=\(-1,\) has a negative extent)",
+        ):
             dlpack.read_capsule(cap, "op")
 
 
-@pytest.mark.parametrize(("device_type", "where"), [
-    (1, "host (kDLCPU)"), (3, "pinned host (kDLCUDAHost)"), (7, "device_type 7")])
+@pytest.mark.parametrize(
+    ("device_type", "where"),
+    [(1, "host (kDLCPU)"), (3, "pinned host (kDLCUDAHost)"), (7, "device_type 7")],
+)
 def test_dlpack_memory_a_session_cannot_use_is_named(device_type, where):
     _buf, cap = _craft(_plain(device_type=device_type))
-    with pytest.raises(tf.ValidationError, match=rf"^op: x is in {re.escape(where)} memory; the "
-                                                 r"session needs CUDA device memory"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^op: x is in {re.escape(where)} memory; the "
+        r"session needs CUDA device memory",
+    ):
         dlpack.read_capsule(cap, "op")
 
 
@@ -227,15 +280,19 @@ def test_a_capsules_deleter_runs_once_and_its_producer_is_kept(versioned):
     assert calls == [ctypes.addressof(buf)]  # the managed tensor's address, once
 
 
-@pytest.mark.parametrize(("shape", "ok"), [((0,), True), ((3, 0), True), ((1,), False),
-                                           ((2, 3), False)])
+@pytest.mark.parametrize(
+    ("shape", "ok"), [((0,), True), ((3, 0), True), ((1,), False), ((2, 3), False)]
+)
 def test_null_dlpack_data_is_taken_only_for_an_empty_tensor(shape, ok):
     _buf, cap = _craft(_plain(data=0, ndim=len(shape), shape=list(shape)))
     if ok:
         assert dlpack.read_capsule(cap, "op").shape == shape
     else:
-        with pytest.raises(tf.ValidationError, match=rf"^op: DLPack data is NULL for "
-                                                     rf"shape={re.escape(str(shape))}$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^op: DLPack data is NULL for "
+            rf"shape={re.escape(str(shape))}$",
+        ):
             dlpack.read_capsule(cap, "op")
 
 
@@ -270,6 +327,9 @@ def test_a_capsule_a_producer_gives_is_refused_naming_the_callers_operation():
             self.buf, cap = _craft(_plain(major=2))
             return cap
 
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: DLPack version 2\.\d+ is "
-                                                 r"not supported"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: DLPack version 2\.\d+ is "
+        r"not supported",
+    ):
         dlpack.read_dlpack(Producer(), 7, 0, "session.tensor")

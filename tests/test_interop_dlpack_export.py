@@ -48,9 +48,16 @@ def _is_named(capsule, name):
     return bool(f(capsule, name))
 
 
-@pytest.mark.parametrize(("max_version", "name"), [
-    (None, b"dltensor"), ((0, 8), b"dltensor"), ((1, 0), b"dltensor_versioned"),
-    ((1, 7), b"dltensor_versioned"), ((2, 0), b"dltensor_versioned")])
+@pytest.mark.parametrize(
+    ("max_version", "name"),
+    [
+        (None, b"dltensor"),
+        ((0, 8), b"dltensor"),
+        ((1, 0), b"dltensor_versioned"),
+        ((1, 7), b"dltensor_versioned"),
+        ((2, 0), b"dltensor_versioned"),
+    ],
+)
 def test_capsule_kind_follows_max_version(max_version, name):
     t = FakeTensor(np.arange(12.0).reshape(3, 4))
     cap = dlpack_export.export(t, -1, max_version, None, None)
@@ -71,8 +78,14 @@ def test_round_trip_through_our_reader_releases_once(max_version, rng):
     del t
     assert alive() is not None and dlpack_export.live_exports() == before + 1
     f = dlpack.read_capsule(cap, "op")
-    assert (f.ptr, f.shape, f.strides, f.scalar_type.name, f.device, f.readonly) == \
-        (a.ctypes.data, (5, 7), (28, 4), "f32", 0, False)
+    assert (f.ptr, f.shape, f.strides, f.scalar_type.name, f.device, f.readonly) == (
+        a.ctypes.data,
+        (5, 7),
+        (28, 4),
+        "f32",
+        0,
+        False,
+    )
     del cap
     gc.collect()
     assert alive() is not None  # the consumer (f's owner) still holds the memory
@@ -93,18 +106,28 @@ def test_unconsumed_capsule_releases_on_collection():
     assert alive() is None and dlpack_export.live_exports() == before
 
 
-@pytest.mark.parametrize(("kw", "exc", "msg"), [
-    ({"stream": 0}, tf.ValidationError, r"stream=0 is ambiguous"),
-    ({"stream": "s"}, tf.ValidationError, r"stream='s' must be None, an int$"),
-    ({"stream": -5}, tf.ValidationError, r"stream=-5 is not a stream"),
-    ({"max_version": 1}, tf.ValidationError, r"max_version=1 must be None or a \(major, minor\)"),
-    ({"dl_device": (1, 0)}, BufferError, r"dl_device=\(1, 0\) asks for another device"),
-    ({"dl_device": (2, 3)}, BufferError, r"dl_device=\(2, 3\) asks for another device"),
-    ({"dl_device": "cuda"}, BufferError,
-     r"dl_device='cuda' must be a \(device_type, device_id\) tuple$"),
-    ({"copy": "yes"}, tf.ValidationError, r"copy='yes' must be None, True or False"),
-    ({"copy": True}, BufferError, r"copy=True needs the Tensor's session to be open"),
-])
+@pytest.mark.parametrize(
+    ("kw", "exc", "msg"),
+    [
+        ({"stream": 0}, tf.ValidationError, r"stream=0 is ambiguous"),
+        ({"stream": "s"}, tf.ValidationError, r"stream='s' must be None, an int$"),
+        ({"stream": -5}, tf.ValidationError, r"stream=-5 is not a stream"),
+        (
+            {"max_version": 1},
+            tf.ValidationError,
+            r"max_version=1 must be None or a \(major, minor\)",
+        ),
+        ({"dl_device": (1, 0)}, BufferError, r"dl_device=\(1, 0\) asks for another device"),
+        ({"dl_device": (2, 3)}, BufferError, r"dl_device=\(2, 3\) asks for another device"),
+        (
+            {"dl_device": "cuda"},
+            BufferError,
+            r"dl_device='cuda' must be a \(device_type, device_id\) tuple$",
+        ),
+        ({"copy": "yes"}, tf.ValidationError, r"copy='yes' must be None, True or False"),
+        ({"copy": True}, BufferError, r"copy=True needs the Tensor's session to be open"),
+    ],
+)
 def test_export_refusals_name_the_operation_and_argument(kw, exc, msg):
     args = {"stream": -1, "max_version": None, "dl_device": None, "copy": None, **kw}
     before = dlpack_export.live_exports()
@@ -129,25 +152,28 @@ def _set(path, value):
         for p in path[:-1]:
             obj = getattr(obj, p)
         setattr(obj, path[-1], value)
+
     return change
 
 
-@pytest.mark.parametrize(("max_version", "path", "value", "msg"), [
-    ((1, 0), ("version", "major"), 2, r"DLPack version 2\.0 is not supported"),
-    ((1, 0), ("dl_tensor", "dtype", "code"), 3, r"DLPack dtype"),
-    (None, ("dl_tensor", "dtype", "lanes"), 4, r"lanes=4 is not supported"),
-    (None, ("dl_tensor", "device", "device_id"), -1, r"device_id=-1 is negative"),
-    ((1, 0), ("dl_tensor", "device", "device_type"), 1, r"host \(kDLCPU\) memory"),
-    ((1, 0), ("dl_tensor", "data"), None, r"data is NULL for shape=\(6,\)"),
-    (None, ("dl_tensor", "ndim"), -2, r"ndim=-2 must be from 0 to 64"),
-])
+@pytest.mark.parametrize(
+    ("max_version", "path", "value", "msg"),
+    [
+        ((1, 0), ("version", "major"), 2, r"DLPack version 2\.0 is not supported"),
+        ((1, 0), ("dl_tensor", "dtype", "code"), 3, r"DLPack dtype"),
+        (None, ("dl_tensor", "dtype", "lanes"), 4, r"lanes=4 is not supported"),
+        (None, ("dl_tensor", "device", "device_id"), -1, r"device_id=-1 is negative"),
+        ((1, 0), ("dl_tensor", "device", "device_type"), 1, r"host \(kDLCPU\) memory"),
+        ((1, 0), ("dl_tensor", "data"), None, r"data is NULL for shape=\(6,\)"),
+        (None, ("dl_tensor", "ndim"), -2, r"ndim=-2 must be from 0 to 64"),
+    ],
+)
 def test_bad_capsules_are_refused_and_still_released_once(max_version, path, value, msg):
     before = dlpack_export.live_exports()
     cap = _altered(max_version, _set(path, value))
     with pytest.raises(tf.ValidationError, match=r"op: .*" + msg):
         dlpack.read_capsule(cap, "op")
-    assert _is_named(cap, b"used_dltensor" if max_version is None else
-                     b"used_dltensor_versioned")
+    assert _is_named(cap, b"used_dltensor" if max_version is None else b"used_dltensor_versioned")
     del cap
     gc.collect()
     assert dlpack_export.live_exports() == before  # the deleter ran (once: the count is exact)
@@ -158,10 +184,12 @@ def test_read_only_flag_and_byte_offset_are_honoured():
         m.flags = dlpack.FLAG_READ_ONLY
         m.dl_tensor.byte_offset = 16
         m.dl_tensor.shape[0] = 4
+
     t = FakeTensor(np.arange(6, dtype=np.float64))
     cap = dlpack_export.export(t, -1, (1, 0), None, None)
-    change(structs.DLManagedTensorVersioned.from_address(
-        _managed_address(cap, b"dltensor_versioned")))
+    change(
+        structs.DLManagedTensorVersioned.from_address(_managed_address(cap, b"dltensor_versioned"))
+    )
     f = dlpack.read_capsule(cap, "op")
     # The offset moves the pointer by exactly 16 bytes: the span starts at element 2.
     assert f.readonly and f.shape == (4,) and f.ptr == t.ptr + 16
@@ -240,18 +268,23 @@ def test_no_ordering_with_a_stream_the_driver_orders_with_the_sessions(orderings
     t = _open_tensor(np.arange(4.0))
     t.state.ordering.in_order_with = frozenset((0x51, 1))
     for consumer in (None, 1):
-        dlpack.read_capsule(dlpack_export.export(t, consumer, (1, 0), None, None),
-                            "op").owner.release()
+        dlpack.read_capsule(
+            dlpack_export.export(t, consumer, (1, 0), None, None), "op"
+        ).owner.release()
     assert orderings == []
     f = dlpack.read_capsule(dlpack_export.export(t, 2, (1, 0), None, None), "op")
     f.owner.release()  # the per-thread default stream is not ordered with a blocking stream
-    assert orderings == [(2, 0x51, 0xE0, "tensor.__dlpack__"),
-                         (0x51, 2, 0xE0, "tensor.__dlpack__ deleter")]
+    assert orderings == [
+        (2, 0x51, 0xE0, "tensor.__dlpack__"),
+        (0x51, 2, 0xE0, "tensor.__dlpack__ deleter"),
+    ]
     t.state.ordering.in_order_with = frozenset((0x51,))  # a non-blocking one: both ways
     del orderings[:]
     dlpack.read_capsule(dlpack_export.export(t, None, (1, 0), None, None), "op").owner.release()
-    assert orderings == [(1, 0x51, 0xE0, "tensor.__dlpack__"),
-                         (0x51, 1, 0xE0, "tensor.__dlpack__ deleter")]
+    assert orderings == [
+        (1, 0x51, 0xE0, "tensor.__dlpack__"),
+        (0x51, 1, 0xE0, "tensor.__dlpack__ deleter"),
+    ]
 
 
 def test_a_closed_session_or_a_freed_tensor_orders_nothing(orderings):
@@ -275,16 +308,19 @@ def test_export_takes_its_own_device_and_copy_false():
         f.owner.release()
 
 
-@pytest.mark.parametrize(("max_version", "refused"), [
-    ((0, 0), False), ((-1, 0), True), ((1, -1), True), ((1.0, 0), True)])
+@pytest.mark.parametrize(
+    ("max_version", "refused"),
+    [((0, 0), False), ((-1, 0), True), ((1, -1), True), ((1.0, 0), True)],
+)
 def test_max_version_parts_are_non_negative_ints(max_version, refused):
     t = FakeTensor(np.arange(3.0))
     if refused:
         with pytest.raises(tf.ValidationError, match=r"^tensor\.__dlpack__: max_version="):
             dlpack_export.export(t, -1, max_version, None, None)
     else:
-        dlpack.read_capsule(dlpack_export.export(t, -1, max_version, None, None),
-                            "op").owner.release()
+        dlpack.read_capsule(
+            dlpack_export.export(t, -1, max_version, None, None), "op"
+        ).owner.release()
 
 
 def test_an_export_from_another_thread_makes_the_context_current_for_its_ordering(orderings):
@@ -294,8 +330,9 @@ def test_an_export_from_another_thread_makes_the_context_current_for_its_orderin
     dlpack.read_capsule(dlpack_export.export(t, 0x77, None, None, None), "op").owner.release()
     assert t.context.pushes == t.context.pops == 1  # the release's; the export's thread is its
     caps = []
-    worker = threading.Thread(target=lambda: caps.append(
-        dlpack_export.export(t, 0x77, None, None, None)))
+    worker = threading.Thread(
+        target=lambda: caps.append(dlpack_export.export(t, 0x77, None, None, None))
+    )
     worker.start()
     worker.join()
     assert t.context.pushes == t.context.pops == 2 and len(orderings) == 3
@@ -331,13 +368,13 @@ def test_a_0d_export_has_no_shape_or_strides_arrays(max_version):
 
 # --- on the GPU ---------------------------------------------------------------------------
 
-SPIN_WRITE = r'''
+SPIN_WRITE = r"""
 extern "C" __global__ void spin_then_fill(float* y, float v, unsigned n, long long cycles) {
     long long t0 = clock64();
     while (clock64() - t0 < cycles) {}
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = v;
-}'''
+}"""
 SPIN = 200_000_000  # ~0.1 s at the H200's clock: long enough to lose any race it would lose
 
 
@@ -348,8 +385,11 @@ def test_torch_consumes_our_tensor_zero_copy_in_stream_order(session, rng):
     n = 4099
     t = session.upload(rng.standard_normal(n).astype(np.float32))
     side = torch.cuda.Stream()
-    session.launch(fill, tf.LaunchConfig.flat(n, 256),
-                   [session.tensor_mut(t), tf.f32(3.5), tf.u32(n), tf.i64(SPIN)])
+    session.launch(
+        fill,
+        tf.LaunchConfig.flat(n, 256),
+        [session.tensor_mut(t), tf.f32(3.5), tf.u32(n), tf.i64(SPIN)],
+    )
     with torch.cuda.stream(side):
         tt = torch.from_dlpack(t)  # torch passes its stream: it waits for our spinning kernel
         assert tt.data_ptr() == t.ptr and tt.shape == (n,) and tt.dtype == torch.float32
@@ -394,8 +434,7 @@ def test_stream_conventions_and_copy(session, rng):
         t.__dlpack__(stream=0)
     assert t.__dlpack_device__() == (2, 0)
     cap = t.__dlpack__(stream=side.cuda_stream, max_version=(1, 0), copy=True)
-    m = structs.DLManagedTensorVersioned.from_address(_managed_address(
-        cap, b"dltensor_versioned"))
+    m = structs.DLManagedTensorVersioned.from_address(_managed_address(cap, b"dltensor_versioned"))
     assert m.flags & dlpack_export.FLAG_IS_COPIED
     tc = torch.from_dlpack(cap)
     assert tc.data_ptr() != t.ptr
@@ -407,11 +446,16 @@ def test_stream_conventions_and_copy(session, rng):
 @pytest.mark.parametrize("torch_dtype", ["float16", "bfloat16"])
 def test_half_types_round_trip(session, rng, torch_dtype):
     torch = pytest.importorskip("torch")
-    src = torch.from_numpy(rng.standard_normal(257).astype(np.float32)).cuda().to(
-        getattr(torch, torch_dtype))
+    src = (
+        torch.from_numpy(rng.standard_normal(257).astype(np.float32))
+        .cuda()
+        .to(getattr(torch, torch_dtype))
+    )
     ref = session.tensor(src)
-    assert ref.ptr == src.data_ptr() and ref.scalar_type.name == \
-        {"float16": "f16", "bfloat16": "bf16"}[torch_dtype]
+    assert (
+        ref.ptr == src.data_ptr()
+        and ref.scalar_type.name == {"float16": "f16", "bfloat16": "bf16"}[torch_dtype]
+    )
     out = session.alloc_output((257,), np.float16) if torch_dtype == "float16" else None
     if out is None:
         pytest.importorskip("ml_dtypes")
@@ -472,19 +516,22 @@ def test_jax_round_trip_if_it_imports(session, rng):
 @pytest.mark.gpu
 def test_torch_tensor_dropped_under_a_running_kernel_is_held(session, rng):
     torch = pytest.importorskip("torch")
-    copy_spin = session.compile(r'''
+    copy_spin = session.compile(r"""
     extern "C" __global__ void spin_copy(float* y, const float* x, unsigned n, long long c) {
         long long t0 = clock64();
         while (clock64() - t0 < c) {}
         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
         if (i < n) y[i] = 2.0f * x[i];
-    }''').function("spin_copy")
+    }""").function("spin_copy")
     n = 1 << 16
     x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
     want = 2.0 * x.cpu().numpy()
     y = session.alloc_output((n,), np.float32)
-    session.launch(copy_spin, tf.LaunchConfig.flat(n, 256),
-                   [session.tensor_mut(y), tf.from_dlpack(x), tf.u32(n), tf.i64(SPIN)])
+    session.launch(
+        copy_spin,
+        tf.LaunchConfig.flat(n, 256),
+        [session.tensor_mut(y), tf.from_dlpack(x), tf.u32(n), tf.i64(SPIN)],
+    )
     del x  # torch's last reference: without the session's hold its block would be reused now
     junk = [torch.full((n,), 9.0, device="cuda") for _ in range(8)]
     torch.cuda.synchronize()
@@ -505,26 +552,35 @@ def test_from_dlpack_takes_objects_and_capsules(session, rng):
 
 
 def test_from_dlpack_without_a_session_is_refused():
-    with pytest.raises(tf.RuntimeStateError, match=r"tenferro\.from_dlpack: no tf\.Session is "
-                                                    r"open on this thread"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"tenferro\.from_dlpack: no tf\.Session is "
+        r"open on this thread",
+    ):
         tf.from_dlpack(np.arange(3))
-    with pytest.raises(tf.ValidationError, match=r"tenferro\.from_dlpack: session must be a "
-                                                 r"tf\.Session, got int"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"tenferro\.from_dlpack: session must be a "
+        r"tf\.Session, got int",
+    ):
         tf.from_dlpack(np.arange(3), session=3)
 
 
 @pytest.mark.gpu
 def test_consumer_holding_an_export_at_interpreter_exit_is_clean(device):
     pytest.importorskip("torch")
-    code = ("import numpy as np, torch, tenferro as tf\n"
-            "with tf.Session() as s:\n"
-            "    t = s.upload(np.arange(8.0))\n"
-            "    KEEP = torch.from_dlpack(t)\n"
-            "    CAP = t.__dlpack__(max_version=(1, 0))\n"  # never consumed
-            "print(KEEP.sum().item())\n")
+    code = (
+        "import numpy as np, torch, tenferro as tf\n"
+        "with tf.Session() as s:\n"
+        "    t = s.upload(np.arange(8.0))\n"
+        "    KEEP = torch.from_dlpack(t)\n"
+        "    CAP = t.__dlpack__(max_version=(1, 0))\n"  # never consumed
+        "print(KEEP.sum().item())\n"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "28.0"

@@ -65,8 +65,14 @@ class _Both(_DLPack):
     @property
     def __cuda_array_interface__(self):
         self.cai_reads += 1
-        return {"shape": self.shape, "typestr": "<f4", "data": (self.ptr, False),
-                "strides": self.cai_strides, "version": 3, "stream": None}
+        return {
+            "shape": self.shape,
+            "typestr": "<f4",
+            "data": (self.ptr, False),
+            "strides": self.cai_strides,
+            "version": 3,
+            "stream": None,
+        }
 
 
 def _cupy_like(strides, module="cupy._core.core"):
@@ -77,14 +83,18 @@ def _cupy_like(strides, module="cupy._core.core"):
 
 # --- read_foreign: which reader, and its refusals ---------------------------------------------
 
+
 def test_a_numpy_array_is_refused_as_host_memory_with_the_way_to_upload_it():
     class Sub(np.ndarray):
         pass
 
     for host in (np.arange(3.0), np.arange(3.0).view(Sub), np.zeros((0, 2))):
-        with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x is a numpy array in "
-                                                     r"host memory; s\.upload\(x\) copies it to "
-                                                     r"the device$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.tensor: x is a numpy array in "
+            r"host memory; s\.upload\(x\) copies it to "
+            r"the device$",
+        ):
             read_foreign(host, 7, 0, False, "session.tensor")
 
 
@@ -93,8 +103,11 @@ def test_an_unused_capsule_is_read_as_it_is_during_a_capture_and_for_dlpack_only
         capsule, _keep = _capsule(PTR, (2, 3), 1)
         f = read_foreign(capsule, 7, 0, capturing, "session.tensor", dlpack_only=dlpack_only)
         assert (f.ptr, f.shape, f.device, f.scalar_type.name) == (PTR, (2, 3), 1, "f32")
-        with pytest.raises(tf.ValidationError, match=r"^session\.copy: not an unused DLPack "
-                                                     r"capsule"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.copy: not an unused DLPack "
+            r"capsule",
+        ):
             read_foreign(capsule, 7, 0, False, "session.copy")  # taken once, by the first read
 
 
@@ -111,14 +124,20 @@ def test_a_producer_with_only_a_cai_is_read_through_it(cai):
     f = read_foreign(x, 7, 0, False, "session.tensor")
     assert (f.ptr, f.shape, f.strides, f.scalar_type.name) == (PTR, (2, 3), (24, 8), "f64")
     assert f.device is None and f.stream == 5 and f.owner is x  # CAI names no device
-    with pytest.raises(tf.ValidationError, match=r"^session\.copy: __cuda_array_interface__ has "
-                                                 r"a mask"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.copy: __cuda_array_interface__ has "
+        r"a mask",
+    ):
         read_foreign(cai(PTR, (2,), "<f4", mask=object()), 7, 0, False, "session.copy")
 
 
 def test_the_sessions_device_and_operation_reach_the_dlpack_reader():
-    with pytest.raises(tf.ValidationError, match=r"^session\.copy: x lives on device 1, this "
-                                                 r"session is on device 0$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.copy: x lives on device 1, this "
+        r"session is on device 0$",
+    ):
         read_foreign(_DLPack(device=1), 7, 0, False, "session.copy")
     x = _DLPack(device=1)
     assert read_foreign(x, 9, 1, False, "session.copy").device == 1  # the same device: read
@@ -128,12 +147,18 @@ def test_the_sessions_device_and_operation_reach_the_dlpack_reader():
 def test_dlpack_only_takes_a_dlpack_producer_and_refuses_one_without(cai):
     cai_only = cai(PTR, (4,), "<f4")
     assert read_foreign(cai_only, 7, 0, False, "session.tensor").ptr == PTR  # not asked: read
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x is a CAI; expected an "
-                                                 r"object with __dlpack__ or a DLPack "
-                                                 r"capsule$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x is a CAI; expected an "
+        r"object with __dlpack__ or a DLPack "
+        r"capsule$",
+    ):
         read_foreign(cai_only, 7, 0, False, "session.tensor", dlpack_only=True)
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x is a object; expected an "
-                                                 r"object with __dlpack__"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x is a object; expected an "
+        r"object with __dlpack__",
+    ):
         read_foreign(object(), 7, 0, False, "session.tensor", dlpack_only=True)
     x = _DLPack()
     assert read_foreign(x, 7, 0, False, "session.tensor", dlpack_only=True).device == 0
@@ -142,10 +167,13 @@ def test_dlpack_only_takes_a_dlpack_producer_and_refuses_one_without(cai):
 
 @pytest.mark.parametrize("x", [object(), 5, [1, 2], "cuda"], ids=repr)
 def test_what_has_neither_interface_is_refused_by_its_type(x):
-    with pytest.raises(tf.ValidationError, match=rf"^session\.copy: x is a {type(x).__name__}; "
-                                                 r"expected a tf\.Tensor, a span or a device "
-                                                 r"array with __cuda_array_interface__ or "
-                                                 r"__dlpack__$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.copy: x is a {type(x).__name__}; "
+        r"expected a tf\.Tensor, a span or a device "
+        r"array with __cuda_array_interface__ or "
+        r"__dlpack__$",
+    ):
         read_foreign(x, 7, 0, False, "session.copy")
 
 
@@ -153,10 +181,13 @@ def test_what_has_neither_interface_is_refused_by_its_type(x):
 @pytest.mark.parametrize("make", [_DLPack, _Both], ids=["dlpack", "dlpack_and_cai"])
 def test_a_dlpack_producer_is_refused_during_a_capture_before_it_is_asked(make, dlpack_only):
     x = make()
-    with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor: not allowed during "
-                                                   r"s\.capture\(\): a DLPack producer would "
-                                                   r"order itself on the capturing stream; make "
-                                                   r"the span before the capture$"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^session\.tensor: not allowed during "
+        r"s\.capture\(\): a DLPack producer would "
+        r"order itself on the capturing stream; make "
+        r"the span before the capture$",
+    ):
         read_foreign(x, 7, 0, True, "session.tensor", dlpack_only=dlpack_only)
     assert x.asked == []
     assert read_foreign(x, 7, 0, False, "session.tensor", dlpack_only=dlpack_only).ptr == PTR
@@ -181,9 +212,17 @@ def test_a_cupy_array_with_a_negative_stride_is_read_through_its_cai(strides):
     assert x.asked == []
 
 
-@pytest.mark.parametrize(("strides", "module"), [
-    ((4,), "cupy._core.core"), ((0,), "cupy._core.core"), ((8, 4), "cupy"),  # none negative
-    ((-4,), "cupyx.jit"), ((-4,), "numba.cuda.cudadrv.devicearray"), ((-4,), "mycupy")])
+@pytest.mark.parametrize(
+    ("strides", "module"),
+    [
+        ((4,), "cupy._core.core"),
+        ((0,), "cupy._core.core"),
+        ((8, 4), "cupy"),  # none negative
+        ((-4,), "cupyx.jit"),
+        ((-4,), "numba.cuda.cudadrv.devicearray"),
+        ((-4,), "mycupy"),
+    ],
+)
 def test_other_strides_and_other_libraries_go_through_dlpack(strides, module):
     x = _cupy_like(strides, module)
     f = read_foreign(x, 7, 0, False, "session.tensor")
@@ -200,6 +239,7 @@ def test_a_cupy_array_without_strides_and_dlpack_only_go_through_dlpack():
 
 
 # --- check_memory: the pointer, the device, and what the driver says of the memory ---------
+
 
 def _foreign(ptr, shape=(4,), device=None):
     f32 = dtypes.by_name("f32")
@@ -232,8 +272,11 @@ def test_the_first_and_last_64_bit_addresses_are_taken(driver, ptr, shape):
 @pytest.mark.parametrize("ptr", [-1, 2**64, -(2**63), 2**65])
 @pytest.mark.parametrize("device", [None, 0])
 def test_a_pointer_outside_64_bits_is_refused_before_the_driver_is_asked(driver, ptr, device):
-    with pytest.raises(tf.ValidationError, match=rf"^session\.tensor: x's data pointer {ptr} is "
-                                                 rf"not a 64-bit address$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.tensor: x's data pointer {ptr} is "
+        rf"not a 64-bit address$",
+    ):
         check_memory(_foreign(ptr, device=device), 0, "session.tensor")
     assert driver.asked == []
 
@@ -247,8 +290,11 @@ def test_a_dlpack_device_claim_is_taken_when_it_is_the_sessions_without_asking(d
 
 @pytest.mark.parametrize(("claim", "device"), [(1, 0), (0, 1), (3, 2)])
 def test_a_dlpack_device_claim_of_another_device_is_refused(driver, claim, device):
-    with pytest.raises(tf.ValidationError, match=rf"^session\.copy: x lives on device {claim}, "
-                                                 rf"this session is on device {device}$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.copy: x lives on device {claim}, "
+        rf"this session is on device {device}$",
+    ):
         check_memory(_foreign(PTR, device=claim), device, "session.copy")
     assert driver.asked == []
 
@@ -263,8 +309,11 @@ def test_a_null_pointer_with_no_elements_is_taken_without_asking(driver, shape, 
 @pytest.mark.parametrize("shape", [(1,), (2, 3), ()])
 @pytest.mark.parametrize("device", [None, 0])
 def test_a_null_pointer_with_elements_is_refused(driver, shape, device):
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x has a null data "
-                                                 r"pointer$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x has a null data "
+        r"pointer$",
+    ):
         check_memory(_foreign(0, shape, device), 0, "session.tensor")
     assert driver.asked == []
 
@@ -288,8 +337,11 @@ def test_device_memory_of_the_sessions_device_is_taken(driver, device):
 @pytest.mark.parametrize(("ordinal", "device"), [(1, 0), (0, 1), (2, 3)])
 def test_device_memory_of_another_device_is_refused(driver, ordinal, device):
     driver.answer = (_driver.MEMORY_DEVICE, ordinal)
-    with pytest.raises(tf.ValidationError, match=rf"^session\.copy: x lives on device {ordinal}, "
-                                                 rf"this session is on device {device}$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.copy: x lives on device {ordinal}, "
+        rf"this session is on device {device}$",
+    ):
         check_memory(_foreign(PTR), device, "session.copy")
     assert driver.asked == [PTR]
 
@@ -297,19 +349,30 @@ def test_device_memory_of_another_device_is_refused(driver, ordinal, device):
 @pytest.mark.parametrize("ordinal", [0, 1])
 def test_host_memory_is_refused_naming_its_address(driver, ordinal):
     driver.answer = (_driver.MEMORY_HOST, ordinal)  # host memory, whatever device it names
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x is in host memory "
-                                                 r"\(0x70000000\); copy it to the device "
-                                                 r"first$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x is in host memory "
+        r"\(0x70000000\); copy it to the device "
+        r"first$",
+    ):
         check_memory(_foreign(PTR), 0, "session.tensor")
     assert driver.asked == [PTR]
 
 
-@pytest.mark.parametrize(("kind", "ordinal"), [
-    (memory.MEMORY_UNKNOWN, -1),  # what the driver says of memory it does not know
-    (memory.MEMORY_UNKNOWN, 0), ("array", 0)])  # even where the ordinal is the session's
+@pytest.mark.parametrize(
+    ("kind", "ordinal"),
+    [
+        (memory.MEMORY_UNKNOWN, -1),  # what the driver says of memory it does not know
+        (memory.MEMORY_UNKNOWN, 0),
+        ("array", 0),
+    ],
+)  # even where the ordinal is the session's
 def test_memory_of_another_kind_is_refused_as_not_device_memory(driver, kind, ordinal):
     driver.answer = (kind, ordinal)
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's pointer 0x70000000 is "
-                                                 r"not CUDA device memory$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x's pointer 0x70000000 is "
+        r"not CUDA device memory$",
+    ):
         check_memory(_foreign(PTR), 0, "session.tensor")
     assert driver.asked == [PTR]

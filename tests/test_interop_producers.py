@@ -18,6 +18,7 @@ SPIN = 200_000_000  # clocks torch's stream sleeps before it writes: ~0.1 s on t
 @pytest.fixture
 def no_dlpack(monkeypatch):
     """torch's DLPack export made to fail: a span that still comes back came the direct way."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the direct path asked for a DLPack capsule")
 
@@ -38,20 +39,34 @@ def records(monkeypatch):
     return seen
 
 
-TYPES = [("bool", "bool"), ("int8", "i8"), ("int16", "i16"), ("int32", "i32"),
-         ("int64", "i64"), ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"),
-         ("uint64", "u64"), ("float16", "f16"), ("bfloat16", "bf16"), ("float32", "f32"),
-         ("float64", "f64")]
+TYPES = [
+    ("bool", "bool"),
+    ("int8", "i8"),
+    ("int16", "i16"),
+    ("int32", "i32"),
+    ("int64", "i64"),
+    ("uint8", "u8"),
+    ("uint16", "u16"),
+    ("uint32", "u32"),
+    ("uint64", "u64"),
+    ("float16", "f16"),
+    ("bfloat16", "bf16"),
+    ("float32", "f32"),
+    ("float64", "f64"),
+]
 
 
 @pytest.mark.parametrize(("torch_name", "ours"), TYPES)
-def test_every_dtype_reads_pointer_shape_and_byte_strides(session, no_dlpack, torch_name,
-                                                          ours):
+def test_every_dtype_reads_pointer_shape_and_byte_strides(session, no_dlpack, torch_name, ours):
     x = torch.zeros((6, 10), dtype=getattr(torch, torch_name), device="cuda")
     size = x.element_size()
     r = session.tensor(x)
-    assert (r.ptr, r.shape, r.strides, r.scalar_type.name) == \
-        (x.data_ptr(), (6, 10), (10 * size, size), ours)
+    assert (r.ptr, r.shape, r.strides, r.scalar_type.name) == (
+        x.data_ptr(),
+        (6, 10),
+        (10 * size, size),
+        ours,
+    )
     assert r.owner is x and (r.lo, r.hi) == (x.data_ptr(), x.data_ptr() + 60 * size)
     view = x[1:, 2::3]  # offset and non-compact: the general checks still run
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x has non-compact strides"):
@@ -70,8 +85,9 @@ def test_the_direct_span_is_what_the_dlpack_span_was(session, rng):
 
 def test_refusals_name_the_operation_and_argument(session, no_dlpack):
     y = torch.ones(16, device="cuda")
-    with pytest.raises(tf.ValidationError,
-                       match=r"^session\.tensor: dtype=f64 was asked but x is f32"):
+    with pytest.raises(
+        tf.ValidationError, match=r"^session\.tensor: dtype=f64 was asked but x is f32"
+    ):
         session.tensor(y, np.float64)
     assert session.tensor(y, np.float32).scalar_type.name == "f32"  # the last accepted
     wide = torch.ones(4, device="cuda").expand(3, 4)
@@ -87,26 +103,39 @@ def test_refusals_name_the_operation_and_argument(session, no_dlpack):
 def test_what_the_direct_path_leaves_to_the_general_one_is_refused_as_before(session, monkeypatch):
     # requires_grad, host memory, a neg-bit view: torch's own refusal or the general words.
     w = torch.ones(8, device="cuda", requires_grad=True)
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x\.__dlpack__\(\) of "
-                                                 r"Tensor refused to export"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x\.__dlpack__\(\) of "
+        r"Tensor refused to export",
+    ):
         session.tensor(w)
     assert session.tensor(w.detach()).ptr == w.data_ptr()
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x is on DLPack "
-                                                 r"device_type 1"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x is on DLPack "
+        r"device_type 1",
+    ):
         session.tensor(torch.ones(4))
     z = torch.ones(4, dtype=torch.complex64, device="cuda")
     assert session.tensor(z).scalar_type.name == "c64"  # complex goes through DLPack
     neg = z.conj().imag  # its memory holds +imag; torch reads it as -imag
     assert neg.is_neg()
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x is a negated view "
-                                                 r".*pass x\.resolve_neg\(\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x is a negated view "
+        r".*pass x\.resolve_neg\(\)",
+    ):
         session.tensor(neg, allow_strided=True)
-    with pytest.raises(tf.ValidationError, match=r"^session\.from_dlpack: x is a negated view "
-                                                 r".*pass x\.resolve_neg\(\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.from_dlpack: x is a negated view "
+        r".*pass x\.resolve_neg\(\)",
+    ):
         tf.from_dlpack(neg, session=session, allow_strided=True)  # torch's capsule would give +imag
     fixed = neg.resolve_neg()
-    np.testing.assert_array_equal(session.download(session.tensor(fixed, allow_strided=True)),
-                                  fixed.cpu().numpy())
+    np.testing.assert_array_equal(
+        session.download(session.tensor(fixed, allow_strided=True)), fixed.cpu().numpy()
+    )
     sparse = torch.eye(4, device="cuda").to_sparse()
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x\.__dlpack__\(\)"):
         session.tensor(sparse)
@@ -136,8 +165,7 @@ def _fill_after_sleep(x, value):
     x.fill_(value)
 
 
-def test_a_launch_waits_for_torchs_stream_with_one_event_for_all_its_tensors(session, rng,
-                                                                            records):
+def test_a_launch_waits_for_torchs_stream_with_one_event_for_all_its_tensors(session, rng, records):
     fn = session.compile(AXPY).function("axpy")
     n = 4099
     x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
@@ -148,15 +176,17 @@ def test_a_launch_waits_for_torchs_stream_with_one_event_for_all_its_tensors(ses
     with torch.cuda.stream(side):
         _fill_after_sleep(x, 1.25)  # torch's stream is still asleep when we launch
         records.clear()
-        session.launch(fn, tf.LaunchConfig.flat(n, 256),
-                       [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n, 256),
+            [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)],
+        )
         assert records == [side.cuda_stream]  # one event for two tensors, at the launch
     got = session.download(session.tensor(y))
     np.testing.assert_allclose(got, 2.0 * 1.25 + want_y, rtol=1e-6)
 
 
-def test_torchs_default_stream_and_the_sessions_own_are_ordered_both_ways(session, rng,
-                                                                         records):
+def test_torchs_default_stream_and_the_sessions_own_are_ordered_both_ways(session, rng, records):
     # The session's own stream is blocking: the driver orders it with torch's default stream
     # (the legacy one) both ways, with no event. Each side sleeps before it writes, so a reader
     # not ordered after it would read the old values.
@@ -169,15 +199,20 @@ def test_torchs_default_stream_and_the_sessions_own_are_ordered_both_ways(sessio
     want_y = y.double().cpu().numpy()
     records.clear()
     _fill_after_sleep(x, 1.25)  # torch writes x late; our kernel reads it
-    session.launch(axpy, tf.LaunchConfig.flat(n, 256),
-                   [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
-    np.testing.assert_allclose(session.download(session.tensor(y)), 2.0 * 1.25 + want_y,
-                               rtol=1e-6)
+    session.launch(
+        axpy,
+        tf.LaunchConfig.flat(n, 256),
+        [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)],
+    )
+    np.testing.assert_allclose(session.download(session.tensor(y)), 2.0 * 1.25 + want_y, rtol=1e-6)
     src = torch.from_numpy(rng.standard_normal(n)).cuda()
     out = torch.full((n,), -7.0, dtype=torch.float64, device="cuda")  # poisoned
     torch.cuda.synchronize()
-    session.launch(slow_scale, tf.LaunchConfig.flat(n, 256),  # we write out late; torch reads
-                   [session.tensor_mut(out), session.tensor(src), 3.0, n, SPIN])
+    session.launch(
+        slow_scale,
+        tf.LaunchConfig.flat(n, 256),  # we write out late; torch reads
+        [session.tensor_mut(out), session.tensor(src), 3.0, n, SPIN],
+    )
     got = (out * 1.0).cpu().numpy()  # torch's op and copy on its default stream, no wait asked
     np.testing.assert_array_equal(got, 3.0 * src.cpu().numpy())
     assert records == []
@@ -196,8 +231,11 @@ def test_a_session_on_torchs_stream_records_no_event(device, rng, records, which
             fn = s.compile(AXPY).function("axpy")
             records.clear()
             for _ in range(3):  # fresh spans each call, as users write it
-                s.launch(fn, tf.LaunchConfig.flat(n, 128),
-                         [s.tensor_mut(y), s.tensor(x), tf.f32(1.0), tf.u32(n)])
+                s.launch(
+                    fn,
+                    tf.LaunchConfig.flat(n, 128),
+                    [s.tensor_mut(y), s.tensor(x), tf.f32(1.0), tf.u32(n)],
+                )
             assert records == []
             got = y.double().cpu().numpy()  # torch's own read, ordered on the shared stream
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -231,22 +269,30 @@ def test_spans_made_before_a_capture_are_ordered_before_it(session, rng):
     with session.capture() as cap:
         session.launch(fn, tf.LaunchConfig.flat(n, 256), args)
     cap.graph.launch()
-    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * 0.5,
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * 0.5, rtol=1e-6, atol=1e-6)
     _fill_after_sleep(x, -0.75)  # torch writes x again, late: the next replay waits for it
     cap.graph.launch()
-    np.testing.assert_allclose(session.download(args[0]), want_y + 4.0 * (0.5 - 0.75),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        session.download(args[0]), want_y + 4.0 * (0.5 - 0.75), rtol=1e-6, atol=1e-6
+    )
     with session.capture() as cap:
-        session.launch(fn, tf.LaunchConfig.flat(n, 256),
-                       [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), tf.u32(n)])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n, 256),
+            [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), tf.u32(n)],
+        )
     assert cap.graph.node_count == 1
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         z = torch.ones(n, device="cuda")
-        with session.capture(), pytest.raises(tf.RuntimeStateError,
-                                              match=r"^session\.tensor: not allowed during "
-                                                    r"s\.capture\(\): ordering after"):
+        with (
+            session.capture(),
+            pytest.raises(
+                tf.RuntimeStateError,
+                match=r"^session\.tensor: not allowed during "
+                r"s\.capture\(\): ordering after",
+            ),
+        ):
             session.tensor(z)
 
 
@@ -254,11 +300,16 @@ def test_an_overlap_of_torch_tensors_is_refused(session, no_dlpack):
     fn = session.compile(AXPY).function("axpy")
     y = torch.ones(64, device="cuda")
     with pytest.raises(tf.ValidationError, match=r"^session\.launch: .*overlap"):
-        session.launch(fn, tf.LaunchConfig.flat(64, 64),
-                       [session.tensor_mut(y), session.tensor(y[1:]), tf.f32(1.0), tf.u32(63)])
-    session.launch(fn, tf.LaunchConfig.flat(32, 32),  # touching, not overlapping
-                   [session.tensor_mut(y[:32]), session.tensor(y[32:]), tf.f32(1.0),
-                    tf.u32(32)])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(64, 64),
+            [session.tensor_mut(y), session.tensor(y[1:]), tf.f32(1.0), tf.u32(63)],
+        )
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(32, 32),  # touching, not overlapping
+        [session.tensor_mut(y[:32]), session.tensor(y[32:]), tf.f32(1.0), tf.u32(32)],
+    )
     session.synchronize()
     np.testing.assert_array_equal(y.cpu().numpy(), [2.0] * 32 + [1.0] * 32)
 
@@ -272,8 +323,9 @@ def test_a_torch_tensor_gets_its_span_again_until_it_changes(session, rng):
     made = []
     for _ in range(3):  # the README's loop: spans made in the call
         made.append((session.tensor_mut(y), session.tensor(x)))
-        session.launch(fn, tf.LaunchConfig.flat(n, 128),
-                       [made[-1][0], made[-1][1], tf.f32(0.5), tf.u32(n)])
+        session.launch(
+            fn, tf.LaunchConfig.flat(n, 128), [made[-1][0], made[-1][1], tf.f32(0.5), tf.u32(n)]
+        )
     assert made[0][0] is made[2][0] and made[0][1] is made[2][1]
     session.synchronize()  # three float32 roundings of values near zero: an absolute bound too
     np.testing.assert_allclose(y.double().cpu().numpy(), want, rtol=1e-6, atol=1e-6)
@@ -285,8 +337,11 @@ def test_a_torch_tensor_gets_its_span_again_until_it_changes(session, rng):
     y.unsqueeze_(1)  # a column: still compact
     assert session.tensor_mut(y).shape == (150, 1)
     x.requires_grad_()
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x\.__dlpack__\(\) of "
-                                                 r"Tensor refused to export"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x\.__dlpack__\(\) of "
+        r"Tensor refused to export",
+    ):
         session.tensor(x)
 
 
@@ -298,8 +353,11 @@ def test_a_numba_kernel_takes_torch_tensors(session, rng):
     x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
     out = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
     want = out.double().cpu().numpy() + 0.5 * x.double().cpu().numpy()
-    session.launch(k, tf.LaunchConfig.flat(n, 128),
-                   [session.tensor_mut(out), session.tensor(x), np.float32(0.5), np.int64(n)])
+    session.launch(
+        k,
+        tf.LaunchConfig.flat(n, 128),
+        [session.tensor_mut(out), session.tensor(x), np.float32(0.5), np.int64(n)],
+    )
     session.synchronize()
     np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-6)
 
@@ -311,17 +369,27 @@ def cupy():
 
 def test_cupy_arrays_are_read_directly_and_match_the_dlpack_span(session, cupy, monkeypatch):
     base = cupy.arange(60, dtype=cupy.float64).reshape(6, 10)
-    views = [base, base.T, base[::-1], base[1:, 2::3], cupy.ones(7, dtype=cupy.complex64),
-             cupy.ones(5, dtype=cupy.float16), cupy.zeros((0, 3), dtype=cupy.int32),
-             cupy.ones(4, dtype=cupy.bool_)]
+    views = [
+        base,
+        base.T,
+        base[::-1],
+        base[1:, 2::3],
+        cupy.ones(7, dtype=cupy.complex64),
+        cupy.ones(5, dtype=cupy.float16),
+        cupy.zeros((0, 3), dtype=cupy.int32),
+        cupy.ones(4, dtype=cupy.bool_),
+    ]
     monkeypatch.setitem(producers.readers, cupy.ndarray, None)
     general = [session.tensor(v, allow_strided=True) for v in views]  # through CAI
     monkeypatch.delitem(producers.readers, cupy.ndarray)
     reader = producers.direct_reader(cupy.ndarray)
     assert reader is not None
     read = []
-    monkeypatch.setitem(producers.readers, cupy.ndarray,
-                        lambda x, device, op: read.append(x) or reader(x, device, op))
+    monkeypatch.setitem(
+        producers.readers,
+        cupy.ndarray,
+        lambda x, device, op: read.append(x) or reader(x, device, op),
+    )
     for v, g in zip(views, general, strict=True):
         d = session.tensor(v, allow_strided=True)
         for field in ("ptr", "shape", "strides", "scalar_type", "nbytes", "lo", "hi"):
@@ -330,7 +398,8 @@ def test_cupy_arrays_are_read_directly_and_match_the_dlpack_span(session, cupy, 
     assert len(read) == len(views)
     np.testing.assert_array_equal(
         session.download(session.tensor(base[::-1], allow_strided=True)),
-        np.arange(60.0).reshape(6, 10)[::-1])
+        np.arange(60.0).reshape(6, 10)[::-1],
+    )
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x has non-compact strides"):
         session.tensor(base.T)
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor_mut: x has a zero stride"):
@@ -345,8 +414,12 @@ def test_cupy_arrays_on_a_cupy_stream_are_ordered_at_the_launch(session, cupy, r
     with stream:
         x, y = cupy.asarray(x0), cupy.asarray(y0)
         records.clear()
-        session.launch(fn, tf.LaunchConfig.flat(n, 256),
-                       [session.tensor_mut(y), session.tensor(x), tf.f32(-1.5), tf.u32(n)])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n, 256),
+            [session.tensor_mut(y), session.tensor(x), tf.f32(-1.5), tf.u32(n)],
+        )
     assert records == [stream.ptr]
-    np.testing.assert_allclose(session.download(session.tensor(y)),
-                               y0.astype(np.float64) - 1.5 * x0, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        session.download(session.tensor(y)), y0.astype(np.float64) - 1.5 * x0, rtol=1e-6, atol=1e-6
+    )

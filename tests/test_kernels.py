@@ -9,13 +9,24 @@ from tenferro import kernels as k
 from tenferro.kernels import _build, gemm, maps, reduce, rows
 
 
-@pytest.mark.parametrize(("file", "exprs"), [
-    ("elementwise.cu", maps._EXPRS), ("reduce.cu", reduce._EXPRS), ("rows.cu", rows._EXPRS),
-    ("matmul.cu", gemm._EXPRS), ("matmul_sm90.cu", gemm._WGMMA)])
+@pytest.mark.parametrize(
+    ("file", "exprs"),
+    [
+        ("elementwise.cu", maps._EXPRS),
+        ("reduce.cu", reduce._EXPRS),
+        ("rows.cu", rows._EXPRS),
+        ("matmul.cu", gemm._EXPRS),
+        ("matmul_sm90.cu", gemm._WGMMA),
+    ],
+)
 def test_every_source_compiles_without_a_gpu(file, exprs):
     arch = "sm_90a" if file == "matmul_sm90.cu" else "sm_90"
-    r = tf.compile_cuda(_build._source(file), arch=arch, options=["-std=c++17"],
-                        name_expressions=list(exprs) or None)
+    r = tf.compile_cuda(
+        _build._source(file),
+        arch=arch,
+        options=["-std=c++17"],
+        name_expressions=list(exprs) or None,
+    )
     assert r.image and set(r.lowered_names) == set(exprs)
 
 
@@ -23,29 +34,47 @@ def _launches():
     """Per source file, each kernel an entry point picks and the argument types it passes,
     read from the entry points' own tables (the dtype a user's array has -> the kernel)."""
     u32, u64 = "u32", "u64"
-    softmax = [*rows._SOFTMAX["cached"], *rows._SOFTMAX["online"], *rows._SPLIT.values(),
-               "softmax_rows_f32"]
+    softmax = [
+        *rows._SOFTMAX["cached"],
+        *rows._SOFTMAX["online"],
+        *rows._SPLIT.values(),
+        "softmax_rows_f32",
+    ]
     return {
         "elementwise.cu": [(maps._FILL[t], [t, t, u64]) for t in maps._FILL_TYPES]
         + [(maps._CAST[(to, fr)], [to, fr, u64]) for to, fr in maps._CASTS]
         + [(maps._AXPY[t], [t, t, t, u64]) for t in maps._AXPY_TYPES],
         "reduce.cu": [(name, [t, t, u64, u64]) for (_, t), name in reduce._NAMES.items()],
-        "rows.cu": [(rows._TRANSPOSE[rows._T_CTYPES[t], e], [t, t, u32, u32])
-                    for t in rows._T_TYPES for e in rows.TRANSPOSE_TILES]
-        + [(rows._scan_name(t, c), [t, t, u64, u64, u32, u32])
-           for t in rows._S_TYPES for c in rows.SCAN_CONFIGS]
+        "rows.cu": [
+            (rows._TRANSPOSE[rows._T_CTYPES[t], e], [t, t, u32, u32])
+            for t in rows._T_TYPES
+            for e in rows.TRANSPOSE_TILES
+        ]
+        + [
+            (rows._scan_name(t, c), [t, t, u64, u64, u32, u32])
+            for t in rows._S_TYPES
+            for c in rows.SCAN_CONFIGS
+        ]
         + [(name, ["f32", "f32", u32, u32]) for name in softmax],
         "matmul.cu": [("matmul_f32", ["f32", "f32", "f32", u32, u32, u32])]
-        + [(name, ["f32", "bf16", "bf16", u32, u32, u32])
-           for name in ("matmul_bf16", *gemm._PIPELINED)],
-        "matmul_sm90.cu": [(name, ["f32", "bf16", "bf16", u32, u32, u32])
-                           for name in gemm._WGMMA],
+        + [
+            (name, ["f32", "bf16", "bf16", u32, u32, u32])
+            for name in ("matmul_bf16", *gemm._PIPELINED)
+        ],
+        "matmul_sm90.cu": [(name, ["f32", "bf16", "bf16", u32, u32, u32]) for name in gemm._WGMMA],
     }
 
 
-@pytest.mark.parametrize(("file", "exprs"), [
-    ("elementwise.cu", maps._EXPRS), ("reduce.cu", reduce._EXPRS), ("rows.cu", rows._EXPRS),
-    ("matmul.cu", gemm._EXPRS), ("matmul_sm90.cu", gemm._WGMMA)])
+@pytest.mark.parametrize(
+    ("file", "exprs"),
+    [
+        ("elementwise.cu", maps._EXPRS),
+        ("reduce.cu", reduce._EXPRS),
+        ("rows.cu", rows._EXPRS),
+        ("matmul.cu", gemm._EXPRS),
+        ("matmul_sm90.cu", gemm._WGMMA),
+    ],
+)
 def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
     # The launch check reads each parameter's C type: the spans and scalars an entry point
     # passes must be exactly what its kernel declares (a transpose of f16 takes __half*).
@@ -56,8 +85,9 @@ def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
     launches = _launches()[file]
     names = [n for n, _ in launches if n != "softmax_rows_f32"]
     assert set(names) == set(exprs)  # every kernel of the file is covered
-    r = tf.compile_cuda(_build._source(file), arch=arch, options=["-std=c++17"],
-                        name_expressions=list(exprs))
+    r = tf.compile_cuda(
+        _build._source(file), arch=arch, options=["-std=c++17"], name_expressions=list(exprs)
+    )
     ptr = 0x10000
     for expr, types in launches:
         sig = r.signatures[r.lowered_names.get(expr, expr)]
@@ -65,8 +95,9 @@ def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
         args = []
         for p, t in zip(sig.params, types, strict=True):
             if p.kind == "ptr":
-                args.append(tf.TensorMut(ptr, (4,), (by_name(t).itemsize,), by_name(t), 0, None,
-                                         None))
+                args.append(
+                    tf.TensorMut(ptr, (4,), (by_name(t).itemsize,), by_name(t), 0, None, None)
+                )
                 ptr += 0x1000
             else:
                 args.append(tf.KernelArg.scalar(1, t))
@@ -99,33 +130,72 @@ def test_entry_points_refuse_bad_input(session):
     i32 = session.upload(np.ones(8, np.int32))
     ro = session.tensor(f32)
     cases = [
-        (lambda: k.axpy(session, f32, f64, 1.0), tf.ValidationError,
-         r"kernels\.axpy: inputs\[0\] is f64, out is f32"),
-        (lambda: k.axpy(session, i32, i32, 1), tf.ValidationError,
-         r"kernels\.axpy: y is i32; axpy takes"),
-        (lambda: k.axpy(session, f32, session.upload(np.ones(9, np.float32)), 1.0),
-         tf.ValidationError, r"kernels\.axpy: inputs\[0\] has 9 elements, out has 8"),
+        (
+            lambda: k.axpy(session, f32, f64, 1.0),
+            tf.ValidationError,
+            r"kernels\.axpy: inputs\[0\] is f64, out is f32",
+        ),
+        (
+            lambda: k.axpy(session, i32, i32, 1),
+            tf.ValidationError,
+            r"kernels\.axpy: y is i32; axpy takes",
+        ),
+        (
+            lambda: k.axpy(session, f32, session.upload(np.ones(9, np.float32)), 1.0),
+            tf.ValidationError,
+            r"kernels\.axpy: inputs\[0\] has 9 elements, out has 8",
+        ),
         (lambda: k.fill(session, i32, 2**40), tf.ValidationError, r"out of range|outside"),
-        (lambda: k.fill(session, f32, "x"), tf.ValidationError,
-         r"kernels\.fill: value='x' must be a number"),
+        (
+            lambda: k.fill(session, f32, "x"),
+            tf.ValidationError,
+            r"kernels\.fill: value='x' must be a number",
+        ),
         (lambda: k.fill(session, ro, 1.0), tf.ValidationError, r"read-only"),
-        (lambda: k.cast(session, i32, f64), tf.ValidationError,
-         r"kernels\.cast: f64 -> i32 is not provided"),
-        (lambda: k.elementwise(session, "x + z", f32, x=f32), tf.ValidationError,
-         r"kernels\.elementwise: expr uses 'z'"),
-        (lambda: k.elementwise(session, "x +", session.upload(np.ones(8, np.float32)), x=f32),
-         tf.CompileError, r"kernels\.elementwise: expr 'x \+' did not compile"),
-        (lambda: k.softmax(session, f32, f32), tf.ValidationError,
-         r"kernels\.softmax: x must be 2-D"),
-        (lambda: k.transpose(session, session.upload(np.ones((2, 4), np.float32)),
-                             session.upload(np.ones((2, 4), np.float32))),
-         tf.ValidationError, r"kernels\.transpose: out must be f32\(4, 2\)"),
-        (lambda: k.cumsum(session, f64, f32), tf.ValidationError,
-         r"kernels\.cumsum: x must be 1-D and out of its shape and dtype"),
-        (lambda: k.matmul(session, session.upload(np.ones((2, 2), np.float32)),
-                          session.upload(np.ones((2, 3), np.float32)),
-                          session.upload(np.ones((2, 2), np.float32))),
-         tf.ValidationError, r"kernels\.matmul: a\(2, 3\) @ b\(2, 2\) needs"),
+        (
+            lambda: k.cast(session, i32, f64),
+            tf.ValidationError,
+            r"kernels\.cast: f64 -> i32 is not provided",
+        ),
+        (
+            lambda: k.elementwise(session, "x + z", f32, x=f32),
+            tf.ValidationError,
+            r"kernels\.elementwise: expr uses 'z'",
+        ),
+        (
+            lambda: k.elementwise(session, "x +", session.upload(np.ones(8, np.float32)), x=f32),
+            tf.CompileError,
+            r"kernels\.elementwise: expr 'x \+' did not compile",
+        ),
+        (
+            lambda: k.softmax(session, f32, f32),
+            tf.ValidationError,
+            r"kernels\.softmax: x must be 2-D",
+        ),
+        (
+            lambda: k.transpose(
+                session,
+                session.upload(np.ones((2, 4), np.float32)),
+                session.upload(np.ones((2, 4), np.float32)),
+            ),
+            tf.ValidationError,
+            r"kernels\.transpose: out must be f32\(4, 2\)",
+        ),
+        (
+            lambda: k.cumsum(session, f64, f32),
+            tf.ValidationError,
+            r"kernels\.cumsum: x must be 1-D and out of its shape and dtype",
+        ),
+        (
+            lambda: k.matmul(
+                session,
+                session.upload(np.ones((2, 2), np.float32)),
+                session.upload(np.ones((2, 3), np.float32)),
+                session.upload(np.ones((2, 2), np.float32)),
+            ),
+            tf.ValidationError,
+            r"kernels\.matmul: a\(2, 3\) @ b\(2, 2\) needs",
+        ),
         (lambda: k.max(session, i32), tf.ValidationError, r"kernels\.max: x is i32"),
         (lambda: k.sum(session, np.ones(3)), tf.ValidationError, r"host memory"),
     ]
@@ -134,19 +204,30 @@ def test_entry_points_refuse_bad_input(session):
             call()
 
 
-@pytest.mark.parametrize("call", [
-    lambda k: k.fill(None, None, 1.0), lambda k: k.axpy("s", None, None, 2.0),
-    lambda k: k.cast(None, None, None), lambda k: k.elementwise(None, "a", None),
-    lambda k: k.sum(None, None), lambda k: k.max(None, None), lambda k: k.softmax(None, None, None),
-    lambda k: k.transpose(None, None, None), lambda k: k.cumsum(None, None, None),
-    lambda k: k.matmul(None, None, None, None),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda k: k.fill(None, None, 1.0),
+        lambda k: k.axpy("s", None, None, 2.0),
+        lambda k: k.cast(None, None, None),
+        lambda k: k.elementwise(None, "a", None),
+        lambda k: k.sum(None, None),
+        lambda k: k.max(None, None),
+        lambda k: k.softmax(None, None, None),
+        lambda k: k.transpose(None, None, None),
+        lambda k: k.cumsum(None, None, None),
+        lambda k: k.matmul(None, None, None, None),
+    ],
+)
 def test_ready_kernels_refuse_a_first_argument_that_is_not_a_session(call):
     import tenferro.kernels as k
 
-    with pytest.raises(tf.ValidationError, match=r"kernels\.\w+: s must be a tf\.Session \(the "
-                                                 r"first argument of every ready kernel\), got "
-                                                 r"(NoneType|str)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"kernels\.\w+: s must be a tf\.Session \(the "
+        r"first argument of every ready kernel\), got "
+        r"(NoneType|str)",
+    ):
         call(k)
 
 
@@ -185,8 +266,9 @@ def test_spans_1d_compares_element_counts_and_types():
     from tenferro import dtypes
 
     def span(n, t):
-        return tf.TensorRef(0x1000, (n,), (dtypes.by_name(t).itemsize,), dtypes.by_name(t), 0,
-                            None, None)
+        return tf.TensorRef(
+            0x1000, (n,), (dtypes.by_name(t).itemsize,), dtypes.by_name(t), 0, None, None
+        )
 
     _build.spans_1d("op", span(8, "f32"), span(8, "f32"))
     _build.spans_1d("op", span(8, "f32"), span(8, "f64"), same_dtype=False)  # a cast

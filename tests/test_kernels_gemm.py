@@ -10,29 +10,46 @@ from tenferro.kernels import gemm
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "n", "kk"), [(1, 1, 1), (31, 33, 17), (64, 64, 64),
-                                            (130, 257, 100), (256, 128, 512), (5, 7, 0)])
+@pytest.mark.parametrize(
+    ("m", "n", "kk"),
+    [(1, 1, 1), (31, 33, 17), (64, 64, 64), (130, 257, 100), (256, 128, 512), (5, 7, 0)],
+)
 def test_matmul_f32(session, rng, m, n, kk):
     a, b = rng.standard_normal((m, kk)), rng.standard_normal((kk, n))
     out = poisoned(session, (m, n), np.float32)
-    k.matmul(session, out, session.upload(a.astype(np.float32)),
-             session.upload(b.astype(np.float32)))
+    k.matmul(
+        session, out, session.upload(a.astype(np.float32)), session.upload(b.astype(np.float32))
+    )
     want = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
-    np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
-                               atol=1e-4 * np.sqrt(max(kk, 1)))
+    np.testing.assert_allclose(
+        session.download(out), want, rtol=1e-4, atol=1e-4 * np.sqrt(max(kk, 1))
+    )
 
 
 # (kernel, tile): the mma.sync kernel at each compiled tile, and on Hopper the wgmma one.
-BF16_KERNELS = [*(("mma.sync", t) for t in gemm.BF16_TILES),
-                *(("wgmma", t) for t in gemm.WGMMA_TILES)]
+BF16_KERNELS = [
+    *(("mma.sync", t) for t in gemm.BF16_TILES),
+    *(("wgmma", t) for t in gemm.WGMMA_TILES),
+]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("kernel", "tile"), BF16_KERNELS)
-@pytest.mark.parametrize(("m", "n", "kk"), [
-    (1, 1, 1), (31, 33, 17), (130, 257, 100),  # the any-shape kernel
-    (128, 128, 32), (256, 384, 512), (300, 200, 48), (1, 8, 8),  # pipelined: K, N % 8 == 0
-    (1000, 520, 1000), (129, 264, 40), (384, 768, 4104)])  # partial tiles on every side
+@pytest.mark.parametrize(
+    ("m", "n", "kk"),
+    [
+        (1, 1, 1),
+        (31, 33, 17),
+        (130, 257, 100),  # the any-shape kernel
+        (128, 128, 32),
+        (256, 384, 512),
+        (300, 200, 48),
+        (1, 8, 8),  # pipelined: K, N % 8 == 0
+        (1000, 520, 1000),
+        (129, 264, 40),
+        (384, 768, 4104),
+    ],
+)  # partial tiles on every side
 def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     if kernel == "wgmma" and session.context.compute_capability != (9, 0):
@@ -47,8 +64,9 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m,
     # float32 accumulation of K unit-variance products errs like K ulps at its running
     # magnitude (on the H200 at K=4104: up to 1.9e-3, the same bits from wgmma and mma.sync);
     # a wrong element is off by O(1) and more.
-    np.testing.assert_allclose(session.download(out), want, rtol=1e-4,
-                               atol=1e-5 * np.sqrt(kk) + 1e-6 * kk)
+    np.testing.assert_allclose(
+        session.download(out), want, rtol=1e-4, atol=1e-5 * np.sqrt(kk) + 1e-6 * kk
+    )
 
 
 @pytest.mark.gpu

@@ -11,8 +11,13 @@ from tenferro.kernels import maps
 
 @pytest.mark.parametrize("ctype", ["float", "double"])
 def test_generated_fused_map_compiles_without_a_gpu(ctype):
-    params = [f"{ctype}* __restrict__ out_", f"const {ctype}* __restrict__ x_", f"{ctype} a",
-              f"const {ctype}* __restrict__ y_", "unsigned long long n__"]
+    params = [
+        f"{ctype}* __restrict__ out_",
+        f"const {ctype}* __restrict__ x_",
+        f"{ctype} a",
+        f"const {ctype}* __restrict__ y_",
+        "unsigned long long n__",
+    ]
     src = maps._fused_source(ctype, params, ["x", "y"], "a * x + sin(y)")
     assert "n__ / 4" in src
     r = tf.compile_cuda(src, arch="sm_90")
@@ -49,16 +54,22 @@ def test_views_off_the_vector_grid_take_the_scalar_path(session, rng, n):
     want[1:] = 2.5 * x64[1:] + y64[1:]
     np.testing.assert_allclose(session.download(yd), want, rtol=1e-15, atol=1e-15)
     out = poisoned(session, (n + 1,), np.float64)
-    k.elementwise(session, "x * y", shifted(out, n, "<f8", 8), x=shifted(xd, n, "<f8", 8),
-                  y=session.upload(y64[:n]))
+    k.elementwise(
+        session,
+        "x * y",
+        shifted(out, n, "<f8", 8),
+        x=shifted(xd, n, "<f8", 8),
+        y=session.upload(y64[:n]),
+    )
     got = session.download(out)
     assert np.isnan(got[0])
     np.testing.assert_allclose(got[1:], session.download(xd)[1:] * y64[:n], rtol=1e-15)
     x32 = session.upload(x64.astype(np.float32))
     h = poisoned(session, (n + 1,), np.float16)
     k.cast(session, shifted(h, n, "<f2", 2), shifted(x32, n, "<f4", 4))
-    np.testing.assert_array_equal(session.download(h)[1:], x64[1:].astype(np.float32)
-                                  .astype(np.float16))
+    np.testing.assert_array_equal(
+        session.download(h)[1:], x64[1:].astype(np.float32).astype(np.float16)
+    )
     k.fill(session, shifted(x32, n, "<f4", 4), 0.75)
     np.testing.assert_array_equal(session.download(x32)[1:], np.full(n, 0.75, np.float32))
     got = float(session.download(k.sum(session, shifted(xd, n, "<f8", 8))))
@@ -71,8 +82,9 @@ def test_cast_to_bfloat16_rounds_like_ml_dtypes(session, rng):
     x = rng.standard_normal(1000).astype(np.float32) * 100
     out = session.alloc_output((1000,), ml_dtypes.bfloat16)
     k.cast(session, out, session.upload(x))
-    np.testing.assert_array_equal(session.download(out).astype(np.float32),
-                                  x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(
+        session.download(out).astype(np.float32), x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    )
 
 
 @pytest.mark.gpu
@@ -80,10 +92,12 @@ def test_cast_to_bfloat16_rounds_like_ml_dtypes(session, rng):
 def test_fused_elementwise_map(session, rng, n):
     x, y = rng.standard_normal(n), rng.standard_normal(n)
     out = poisoned(session, (n,), np.float64)
-    k.elementwise(session, "a * x + sin(y) * y", out, x=session.upload(x),
-                  y=session.upload(y), a=3.0)
-    np.testing.assert_allclose(session.download(out), 3.0 * x + np.sin(y) * y, rtol=1e-14,
-                               atol=1e-14)
+    k.elementwise(
+        session, "a * x + sin(y) * y", out, x=session.upload(x), y=session.upload(y), a=3.0
+    )
+    np.testing.assert_allclose(
+        session.download(out), 3.0 * x + np.sin(y) * y, rtol=1e-14, atol=1e-14
+    )
 
 
 @pytest.mark.gpu
@@ -94,8 +108,7 @@ def test_an_expression_again_with_new_values_and_an_operand_turned_array(session
     out = poisoned(session, (n,), np.float64)
     for scale in (3.0, -0.5):  # the kernel found again; the scalar is this call's
         k.elementwise(session, "a * x + y", out, x=xd, y=yd, a=scale)
-        np.testing.assert_allclose(session.download(out), scale * x + y, rtol=1e-14,
-                                   atol=1e-14)
+        np.testing.assert_allclose(session.download(out), scale * x + y, rtol=1e-14, atol=1e-14)
     out2 = poisoned(session, (n,), np.float64)
     k.elementwise(session, "a * x + y", out2, x=xd, y=yd, a=ad)  # `a` an array: its own kernel
     np.testing.assert_allclose(session.download(out2), a * x + y, rtol=1e-14, atol=1e-14)

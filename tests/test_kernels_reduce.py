@@ -72,8 +72,10 @@ def test_an_f32_sum_is_the_same_to_the_bit_every_run(session, rng):
     for _ in range(4):  # interleaved with other grids on the same workspace
         assert session.download(k.sum(session, xb)).tobytes() == first.tobytes()
         assert float(session.download(k.max(session, xs))) == small.max()
-        assert abs(float(session.download(k.sum(session, xs))) -
-                   small.astype(np.float64).sum()) <= 1e-6 * np.abs(small).sum()
+        assert (
+            abs(float(session.download(k.sum(session, xs))) - small.astype(np.float64).sum())
+            <= 1e-6 * np.abs(small).sum()
+        )
 
 
 @pytest.mark.gpu

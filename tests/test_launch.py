@@ -26,8 +26,9 @@ def test_launch_refuses_a_config_that_is_not_a_launchconfig(session, rng, config
     # A function that never launched must not reach the driver with an unset launch record.
     fn, x, y, tx, ty = _axpy(session, rng)
     args = [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0), tf.u32(x.size)]
-    with pytest.raises(tf.ValidationError,
-                       match=r"session\.launch: config must be a LaunchConfig, got "):
+    with pytest.raises(
+        tf.ValidationError, match=r"session\.launch: config must be a LaunchConfig, got "
+    ):
         session.launch(fn, config, args)
     with pytest.raises(tf.ValidationError, match=r"session\.bind: config must be a LaunchConfig"):
         session.bind(fn, config, args)
@@ -44,19 +45,28 @@ def test_launch_refuses_a_config_that_is_not_a_launchconfig(session, rng, config
 def test_refused_bound_launch_update_changes_nothing(session, rng):
     fn, x, y, tx, ty = _axpy(session, rng)
     other = session.upload(rng.standard_normal(x.size).astype(np.float32))
-    bound = session.bind(fn, tf.LaunchConfig.flat(x.size, 128),
-                         [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0),
-                          tf.u32(x.size)])
+    bound = session.bind(
+        fn,
+        tf.LaunchConfig.flat(x.size, 128),
+        [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0), tf.u32(x.size)],
+    )
     args, spans = list(bound.args), list(bound.spans)
     # Each refusal leaves the bound launch as it was: y aliasing the written y, a wrong type.
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[0\] .* and "
-                                                 r"args\[1\] .* overlap in memory"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"bound_launch\.update: args\[0\] .* and "
+        r"args\[1\] .* overlap in memory",
+    ):
         bound.update(1, session.tensor(ty))
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] 'a' is an f64 "
-                                                 r"scalar, the kernel takes float$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"bound_launch\.update: args\[2\] 'a' is an f64 "
+        r"scalar, the kernel takes float$",
+    ):
         bound.update(2, tf.f64(5.0))
-    with pytest.raises(tf.ValidationError,
-                       match=r"bound_launch\.update: args\[1\] is str; expected a span"):
+    with pytest.raises(
+        tf.ValidationError, match=r"bound_launch\.update: args\[1\] is str; expected a span"
+    ):
         bound.update(1, "x")
     assert bound.args == args and bound.spans == spans
     bound()
@@ -65,9 +75,9 @@ def test_refused_bound_launch_update_changes_nothing(session, rng):
     bound.update(1, session.tensor(other))
     before = session.download(ty).astype(np.float64)
     bound()
-    np.testing.assert_allclose(session.download(ty),
-                               2.0 * session.download(other).astype(np.float64) + before,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        session.download(ty), 2.0 * session.download(other).astype(np.float64) + before, rtol=1e-6
+    )
 
 
 @pytest.mark.gpu
@@ -76,8 +86,11 @@ def test_launch_refuses_args_that_are_not_a_list(session, rng, args):
     fn, x, y, tx, ty = _axpy(session, rng)
     cfg = tf.LaunchConfig.flat(x.size, 128)
     good = [session.tensor_mut(ty), session.tensor(tx), tf.f32(2.0), tf.u32(x.size)]
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args must be a list or tuple "
-                                                 r"of kernel arguments, got "):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args must be a list or tuple "
+        r"of kernel arguments, got ",
+    ):
         session.launch(fn, cfg, args)
     session.launch(fn, cfg, good)  # arms the fast path for cfg
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args must be a list or tuple"):
@@ -85,8 +98,12 @@ def test_launch_refuses_args_that_are_not_a_list(session, rng, args):
     session.launch(fn, cfg, tuple(good))  # a tuple is a list of arguments too
     # Two float32 roundings (y + 2x, then + 2x): bound the error by the terms, not the result,
     # which can cancel to near zero.
-    np.testing.assert_allclose(session.download(ty), 4.0 * x.astype(np.float64) + y,
-                               rtol=1e-6, atol=1e-6 * (4 * np.abs(x).max() + np.abs(y).max()))
+    np.testing.assert_allclose(
+        session.download(ty),
+        4.0 * x.astype(np.float64) + y,
+        rtol=1e-6,
+        atol=1e-6 * (4 * np.abs(x).max() + np.abs(y).max()),
+    )
 
 
 @pytest.mark.gpu
@@ -103,20 +120,38 @@ def test_no_config_or_args_reach_the_launcher_unchecked(session, rng):
     state_of(session).launcher = recording
     args = [session.tensor_mut(ty), session.tensor(tx), tf.f32(1.0), tf.u32(256)]
     cfg = tf.LaunchConfig.flat(256, 64)
-    junk = [None, 0, 1, (1, 64), [1, 64], "cfg", object(), cfg.dims, tf.LaunchConfig,
-            type("Fake", (), {"dims": cfg.dims})()]
+    junk = [
+        None,
+        0,
+        1,
+        (1, 64),
+        [1, 64],
+        "cfg",
+        object(),
+        cfg.dims,
+        tf.LaunchConfig,
+        type("Fake", (), {"dims": cfg.dims})(),
+    ]
     for bad in junk:
-        for call in (lambda b=bad: session.launch(fn, b, args),
-                     lambda b=bad: session.bind(fn, b, args)):
-            with pytest.raises(tf.ValidationError, match=r"session\.(launch|bind): config must "
-                                                         r"be a LaunchConfig"):
+        for call in (
+            lambda b=bad: session.launch(fn, b, args),
+            lambda b=bad: session.bind(fn, b, args),
+        ):
+            with pytest.raises(
+                tf.ValidationError,
+                match=r"session\.(launch|bind): config must "
+                r"be a LaunchConfig",
+            ):
                 call()
     assert seen == []
     session.launch(fn, cfg, args)
     assert len(seen) == 1 and seen[0]  # the checked launch, with its record's address
     for bad in junk:  # with the fast path armed
-        with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a "
-                                                     r"LaunchConfig"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"session\.launch: config must be a "
+            r"LaunchConfig",
+        ):
             session.launch(fn, bad, args)
     assert len(seen) == 1
     np.testing.assert_allclose(session.download(ty), x.astype(np.float64) + y, rtol=1e-6)
@@ -128,32 +163,44 @@ def test_bound_launch_matches_launch_and_rechecks_one_slot(session, rng):
     x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
     x, y = session.upload(x0), session.upload(y0)
     cfg = tf.LaunchConfig.flat(N)
-    bound = session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(0.5),
-                                     tf.u32(N)])
+    bound = session.bind(
+        axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(0.5), tf.u32(N)]
+    )
     for _ in range(5):
         bound()
-    np.testing.assert_allclose(session.download(y), y0 + 2.5 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        session.download(y), y0 + 2.5 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
     bound.update(2, tf.f32(-1.0))
     bound()
-    np.testing.assert_allclose(session.download(y), y0 + 1.5 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[2\] 'a' is an f64 "
-                                                 r"scalar, the kernel takes float$"):
+    np.testing.assert_allclose(
+        session.download(y), y0 + 1.5 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"bound_launch\.update: args\[2\] 'a' is an f64 "
+        r"scalar, the kernel takes float$",
+    ):
         bound.update(2, tf.f64(1.0))
-    with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: args\[1\] \(TensorRef\) "
-                                                 r"and|args\[0\] \(TensorMut\) and args\[1\]"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"bound_launch\.update: args\[1\] \(TensorRef\) "
+        r"and|args\[0\] \(TensorMut\) and args\[1\]",
+    ):
         bound.update(1, session.tensor(y))
     with pytest.raises(tf.ValidationError, match=r"bound_launch\.update: index=7 is out of range"):
         bound.update(7, tf.f32(1.0))
-    with pytest.raises(tf.ValidationError, match=r"session\.bind: args\[3\] 'n' is an f64 scalar, "
-                                                 r"the kernel takes unsigned int$"):
-        session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1),
-                                 tf.f64(1)])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.bind: args\[3\] 'n' is an f64 scalar, "
+        r"the kernel takes unsigned int$",
+    ):
+        session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1), tf.f64(1)])
     nb = session.bind(nk, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), N])
     nb()
-    np.testing.assert_allclose(session.download(y), y0 + 3.5 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        session.download(y), y0 + 3.5 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.gpu
@@ -165,8 +212,11 @@ def test_bound_launch_refused_after_the_block(rng):
     with tf.Session() as s:
         fn = s.compile(AXPY).function("axpy")
         y = s.alloc_zeros(8, np.float32)
-        bound = s.bind(fn, tf.LaunchConfig.flat(8), [s.tensor_mut(y), s.tensor(
-            s.alloc_zeros(8, np.float32)), tf.f32(1), tf.u32(8)])
+        bound = s.bind(
+            fn,
+            tf.LaunchConfig.flat(8),
+            [s.tensor_mut(y), s.tensor(s.alloc_zeros(8, np.float32)), tf.f32(1), tf.u32(8)],
+        )
     with pytest.raises(tf.RuntimeStateError, match=r"bound_launch: the session is closed"):
         bound()
 
@@ -176,19 +226,26 @@ def test_launch_refusals_on_device(session):
     fn = session.compile(AXPY).function("axpy")
     y = session.alloc_zeros(64, np.float32)
     ym = session.tensor_mut(y)
-    with pytest.raises(tf.ValidationError,
-                       match=r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] "
-                             r"\(TensorRef\) overlap"):
-        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(y), tf.f32(1),
-                                                      tf.u32(64)])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[0\] \(TensorMut\) and args\[1\] "
+        r"\(TensorRef\) overlap",
+    ):
+        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(y), tf.f32(1), tf.u32(64)])
     with pytest.raises(tf.ValidationError, match=r"session\.launch: config must be a LaunchConfig"):
         session.launch(fn, [1, 256], [ym, ym, tf.f32(1), tf.u32(64)])
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[0\] is Tensor"):
         session.launch(fn, tf.LaunchConfig.flat(64), [y, session.tensor(y), 1.0, 64])
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] 'a' is an f64 "
-                                                 r"scalar, the kernel takes float$"):
-        session.launch(fn, tf.LaunchConfig.flat(64), [ym, session.tensor(
-            session.alloc_zeros(64, np.float32)), tf.f64(1.0), tf.u32(64)])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[2\] 'a' is an f64 "
+        r"scalar, the kernel takes float$",
+    ):
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(64),
+            [ym, session.tensor(session.alloc_zeros(64, np.float32)), tf.f64(1.0), tf.u32(64)],
+        )
     with pytest.raises(tf.ValidationError, match=r"LaunchConfig: block=\(2048, 1, 1\) exceeds"):
         tf.LaunchConfig(1, 2048)
     with pytest.raises(tf.ValidationError, match=r"module\.function: no kernel named 'nope'.*axpy"):
@@ -197,24 +254,27 @@ def test_launch_refusals_on_device(session):
 
 @pytest.mark.gpu
 def test_dynamic_shared_memory_is_raised_and_bounded(session):
-    fn = session.compile(r'''
+    fn = session.compile(r"""
     extern "C" __global__ void fill_shared(float* out) {
         extern __shared__ float buf[];
         buf[threadIdx.x] = threadIdx.x;
         __syncthreads();
         out[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
-    }''').function("fill_shared")
+    }""").function("fill_shared")
     out = session.upload(np.full(256, np.nan, np.float32))
-    session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=100 * 1024),
-                   [session.tensor_mut(out)])
+    session.launch(
+        fn, tf.LaunchConfig(1, 256, shared_mem_bytes=100 * 1024), [session.tensor_mut(out)]
+    )
     np.testing.assert_array_equal(session.download(out), np.arange(255, -1, -1))
     optin = session.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
     with pytest.raises(tf.ValidationError, match=r"session\.launch: shared_mem_bytes=.* exceeds"):
-        session.launch(fn, tf.LaunchConfig(1, 256, shared_mem_bytes=optin + 1024),
-                       [session.tensor_mut(out)])
+        session.launch(
+            fn, tf.LaunchConfig(1, 256, shared_mem_bytes=optin + 1024), [session.tensor_mut(out)]
+        )
 
 
 # --- the C signature at launch: element types, const, signedness --------------------------------
+
 
 @pytest.mark.gpu
 def test_a_float64_array_for_a_float_pointer_is_refused_and_float32_computes(session, rng, cai):
@@ -224,30 +284,50 @@ def test_a_float64_array_for_a_float_pointer_is_refused_and_float32_computes(ses
     y = session.upload(y0)
     cfg = tf.LaunchConfig.flat(n, 128)
     wrong = [session.tensor_mut(y), session.tensor(session.upload(x64)), tf.f32(2.0), tf.u32(n)]
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] 'x' is float64, "
-                                                 r"the kernel takes const float\*$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[1\] 'x' is float64, "
+        r"the kernel takes const float\*$",
+    ):
         session.launch(fn, cfg, wrong)
     with pytest.raises(tf.ValidationError, match=r"^session\.bind: args\[1\] 'x' is float64, "):
         session.bind(fn, cfg, wrong)
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[3\] 'n' is an i32 "
-                                                 r"scalar, the kernel takes unsigned int$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[3\] 'n' is an i32 "
+        r"scalar, the kernel takes unsigned int$",
+    ):
         session.launch(fn, cfg, [*wrong[:1], session.tensor(y), tf.f32(2.0), tf.i32(n)])
     frozen = cai(y.ptr, (n,), "<f4", readonly=True, keep=y)
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] 'y' is memory its "
-                                                 r"producer marked read-only, the kernel takes "
-                                                 r"float\*; declare it const"):
-        session.launch(fn, cfg, [session.tensor(frozen), session.tensor(session.upload(
-            x64.astype(np.float32))), tf.f32(2.0), tf.u32(n)])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] 'y' is memory its "
+        r"producer marked read-only, the kernel takes "
+        r"float\*; declare it const",
+    ):
+        session.launch(
+            fn,
+            cfg,
+            [
+                session.tensor(frozen),
+                session.tensor(session.upload(x64.astype(np.float32))),
+                tf.f32(2.0),
+                tf.u32(n),
+            ],
+        )
     np.testing.assert_array_equal(session.download(y), y0)  # nothing ran
     x32 = x64.astype(np.float32)
-    session.launch(fn, cfg, [session.tensor_mut(y), session.tensor(session.upload(x32)),
-                             tf.f32(2.0), tf.u32(n)])
+    session.launch(
+        fn,
+        cfg,
+        [session.tensor_mut(y), session.tensor(session.upload(x32)), tf.f32(2.0), tf.u32(n)],
+    )
     np.testing.assert_allclose(session.download(y), 2.0 * x32.astype(np.float64) + y0, rtol=1e-6)
 
 
 # --- clusters and cooperative launches on the GPU ----------------------------------------------
 
-CLUSTER_SRC = r'''
+CLUSTER_SRC = r"""
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 
@@ -288,7 +368,7 @@ extern "C" __global__ void grid_sum(unsigned long long* partial, unsigned long l
         *total = t;
     }
 }
-'''
+"""
 
 
 def _needs_clusters(session):
@@ -321,16 +401,25 @@ def test_cluster_refusals_on_the_device(session):
     m = session.compile(CLUSTER_SRC)
     fn, pairs = m.function("next_in_cluster"), m.function("pairs")
     out = session.upload(np.full(64, 7, dtype=np.uint32))
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: clusters of 32 blocks of "
-                                                 r"block=\(32, 1, 1\) with shared_mem_bytes=0 "
-                                                 r"cannot run 'next_in_cluster'"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: clusters of 32 blocks of "
+        r"block=\(32, 1, 1\) with shared_mem_bytes=0 "
+        r"cannot run 'next_in_cluster'",
+    ):
         session.launch(fn, tf.LaunchConfig(64, 32, cluster=32), [session.tensor_mut(out)])
-    with pytest.raises(tf.ValidationError, match=r"session\.bind: grid=\(3, 1, 1\) is not a "
-                                                 r"whole number of the clusters \(2, 1, 1\) "
-                                                 r"that 'pairs' was compiled with"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.bind: grid=\(3, 1, 1\) is not a "
+        r"whole number of the clusters \(2, 1, 1\) "
+        r"that 'pairs' was compiled with",
+    ):
         session.bind(pairs, tf.LaunchConfig(3, 32), [session.tensor_mut(out)])
-    with pytest.raises(tf.ValidationError, match=r"cluster=\(4, 1, 1\) but 'pairs' was compiled "
-                                                 r"with __cluster_dims__\(2, 1, 1\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"cluster=\(4, 1, 1\) but 'pairs' was compiled "
+        r"with __cluster_dims__\(2, 1, 1\)",
+    ):
         session.launch(pairs, tf.LaunchConfig(4, 32, cluster=4), [session.tensor_mut(out)])
     np.testing.assert_array_equal(session.download(out), np.full(64, 7))  # nothing ran
     session.launch(pairs, tf.LaunchConfig(64, 32), [session.tensor_mut(out)])  # plain launch
@@ -355,14 +444,20 @@ def test_a_cooperative_grid_sum_is_exact_and_its_grid_bounded(session, rng):
     assert int(session.download(total)[0]) == want
     assert int(session.download(partial).sum(dtype=np.uint64)) == want  # every part written
     total2 = session.upload(np.array([2**64 - 1], dtype=np.uint64))
-    bound = session.bind(fn, cfg, [session.tensor_mut(partial), session.tensor_mut(total2),
-                                   session.tensor(x), tf.u32(n)])
+    bound = session.bind(
+        fn,
+        cfg,
+        [session.tensor_mut(partial), session.tensor_mut(total2), session.tensor(x), tf.u32(n)],
+    )
     bound()
     assert int(session.download(total2)[0]) == want
     most = cfg.grid[0]
-    with pytest.raises(tf.ValidationError, match=rf"session\.launch: cooperative grid=\({most + 1}"
-                                                 rf", 1, 1\) has {most + 1} blocks but at most "
-                                                 rf"{most} of block=\(256, 1, 1\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"session\.launch: cooperative grid=\({most + 1}"
+        rf", 1, 1\) has {most + 1} blocks but at most "
+        rf"{most} of block=\(256, 1, 1\)",
+    ):
         session.launch(fn, tf.LaunchConfig(most + 1, 256, cooperative=True), args)
     session.launch(fn, tf.LaunchConfig(most, 256, cooperative=True), args)  # the last accepted
     assert int(session.download(total)[0]) == want
@@ -385,10 +480,14 @@ def test_a_numba_grid_sync_kernel_launches_cooperatively(session):
     n = cfg.grid[0] * 128
     x = session.upload(np.full(n, -7, dtype=np.int32))
     out = session.upload(np.full(n, -7, dtype=np.int32))
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: 'rotate' synchronizes the "
-                                                 r"whole grid; launch it with LaunchConfig"):
-        session.launch(fn, tf.LaunchConfig(cfg.grid, 128),
-                       [session.tensor_mut(x), session.tensor_mut(out)])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: 'rotate' synchronizes the "
+        r"whole grid; launch it with LaunchConfig",
+    ):
+        session.launch(
+            fn, tf.LaunchConfig(cfg.grid, 128), [session.tensor_mut(x), session.tensor_mut(out)]
+        )
     np.testing.assert_array_equal(session.download(out), np.full(n, -7))
     session.launch(fn, cfg, [session.tensor_mut(x), session.tensor_mut(out)])
     want = 2 * np.arange(n, dtype=np.int64) + 1
@@ -403,15 +502,24 @@ def test_an_empty_argument_list_after_a_synchronize_is_refused_not_launched(sess
 
     raw, numba_fn = _kernels(session)
     x = session.upload(rng.standard_normal(n).astype(np.float32))
-    for fn, count in ((raw, np.uint32(n)), (numba_fn, np.int64(n)),
-                      (session.numba_kernel(scale_add), np.int64(n))):
+    for fn, count in (
+        (raw, np.uint32(n)),
+        (numba_fn, np.int64(n)),
+        (session.numba_kernel(scale_add), np.int64(n)),
+    ):
         y = session.upload(np.full(n, np.nan, np.float32))
-        session.launch(fn, tf.LaunchConfig.flat(n, 128),
-                       [session.tensor_mut(y), session.tensor(x), np.float32(1.0), count])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n, 128),
+            [session.tensor_mut(y), session.tensor(x), np.float32(1.0), count],
+        )
         session.synchronize()
         session.copy(y, session.upload(np.full(n, np.nan, np.float32)))  # poisoned again
-        with pytest.raises(tf.ValidationError, match=r"^session\.launch: .*takes 4 "
-                                                     r"argument\(s\), got 0"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.launch: .*takes 4 "
+            r"argument\(s\), got 0",
+        ):
             session.launch(fn, tf.LaunchConfig.flat(n, 128), [])
         session.synchronize()
         assert np.isnan(session.download(y)).all()  # nothing ran

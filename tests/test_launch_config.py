@@ -16,20 +16,23 @@ def test_flat_covers_threads():
     assert tf.LaunchConfig((3, 2), (16, 16), 1024).grid == (3, 2, 1)
 
 
-@pytest.mark.parametrize("grid,block,smem,pattern", [
-    (0, 32, 0, r"LaunchConfig: grid=0: every dimension must be >= 1"),
-    (1, (32, 0), 0, r"LaunchConfig: block=\(32, 0\)"),
-    (1, 2048, 0, r"LaunchConfig: block=.*per-dimension limit"),
-    (1, (64, 32), 0, r"LaunchConfig: block=\(64, 32, 1\) has 2048 threads; at most 1024"),
-    (1, (1, 1, 65), 0, r"LaunchConfig: block=.*per-dimension limit"),
-    ((1, 65536), 32, 0, r"LaunchConfig: grid=\(1, 65536, 1\) exceeds"),
-    (1 << 31, 32, 0, r"LaunchConfig: grid=.*exceeds"),
-    (1, 32, -1, r"LaunchConfig: shared_mem_bytes=-1 must be an int from 0 to 4294967295"),
-    (1, 32, 1 << 32, r"LaunchConfig: shared_mem_bytes=4294967296 must be an int from 0 to "),
-    (1, 32, 1 << 64, r"LaunchConfig: shared_mem_bytes=18446744073709551616 must be"),
-    (1.0, 32, 0, r"LaunchConfig: grid=1.0 must be an int"),
-    ((1, 2, 3, 4), 32, 0, r"LaunchConfig: grid=\(1, 2, 3, 4\) must be"),
-])
+@pytest.mark.parametrize(
+    "grid,block,smem,pattern",
+    [
+        (0, 32, 0, r"LaunchConfig: grid=0: every dimension must be >= 1"),
+        (1, (32, 0), 0, r"LaunchConfig: block=\(32, 0\)"),
+        (1, 2048, 0, r"LaunchConfig: block=.*per-dimension limit"),
+        (1, (64, 32), 0, r"LaunchConfig: block=\(64, 32, 1\) has 2048 threads; at most 1024"),
+        (1, (1, 1, 65), 0, r"LaunchConfig: block=.*per-dimension limit"),
+        ((1, 65536), 32, 0, r"LaunchConfig: grid=\(1, 65536, 1\) exceeds"),
+        (1 << 31, 32, 0, r"LaunchConfig: grid=.*exceeds"),
+        (1, 32, -1, r"LaunchConfig: shared_mem_bytes=-1 must be an int from 0 to 4294967295"),
+        (1, 32, 1 << 32, r"LaunchConfig: shared_mem_bytes=4294967296 must be an int from 0 to "),
+        (1, 32, 1 << 64, r"LaunchConfig: shared_mem_bytes=18446744073709551616 must be"),
+        (1.0, 32, 0, r"LaunchConfig: grid=1.0 must be an int"),
+        ((1, 2, 3, 4), 32, 0, r"LaunchConfig: grid=\(1, 2, 3, 4\) must be"),
+    ],
+)
 def test_geometry_refusals(grid, block, smem, pattern):
     with pytest.raises(tf.ValidationError, match=pattern):
         tf.LaunchConfig(grid, block, smem)
@@ -49,8 +52,11 @@ def test_flat_takes_int_subclasses_from_one_and_refuses_below():
     c = tf.LaunchConfig.flat(Count(1), Count(1))
     assert (c.grid, c.block) == ((1, 1, 1), (1, 1, 1))
     for threads, block in ((Count(0), 1), (1, Count(0))):
-        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.flat: (threads|block)="
-                                                     r"0 must be an int >= 1"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^LaunchConfig\.flat: (threads|block)="
+            r"0 must be an int >= 1",
+        ):
             tf.LaunchConfig.flat(threads, block)
 
 
@@ -66,17 +72,19 @@ def test_config_is_immutable_and_hashable():
     assert {c: 1}[tf.LaunchConfig.flat(10)] == 1
 
 
-_dims = st.one_of(st.integers(-2, 70000), st.integers(0, 2**32),
-                  st.lists(st.integers(-1, 70000), min_size=0, max_size=4).map(tuple),
-                  st.sampled_from([None, 1.0, True, "8", (1, True)]))
+_dims = st.one_of(
+    st.integers(-2, 70000),
+    st.integers(0, 2**32),
+    st.lists(st.integers(-1, 70000), min_size=0, max_size=4).map(tuple),
+    st.sampled_from([None, 1.0, True, "8", (1, True)]),
+)
 
 
 def _as3(v):
     if isinstance(v, bool) or not isinstance(v, (int, tuple)):
         return None
     v = (v,) if isinstance(v, int) else v
-    if not 1 <= len(v) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool)
-                                       for d in v):
+    if not 1 <= len(v) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in v):
         return None
     return tuple(v) + (1,) * (3 - len(v))
 
@@ -85,10 +93,19 @@ def _as3(v):
 @given(_dims, _dims, st.one_of(st.integers(-1, 2**33), st.just(2**64)))
 def test_launchconfig_accepts_exactly_the_cuda_limits(grid, block, smem):
     g, b = _as3(grid), _as3(block)
-    valid = (g is not None and b is not None and all(d >= 1 for d in g + b)
-             and g[0] <= 2**31 - 1 and g[1] <= 65535 and g[2] <= 65535
-             and b[0] <= 1024 and b[1] <= 1024 and b[2] <= 64 and b[0] * b[1] * b[2] <= 1024
-             and 0 <= smem <= 2**32 - 1)
+    valid = (
+        g is not None
+        and b is not None
+        and all(d >= 1 for d in g + b)
+        and g[0] <= 2**31 - 1
+        and g[1] <= 65535
+        and g[2] <= 65535
+        and b[0] <= 1024
+        and b[1] <= 1024
+        and b[2] <= 64
+        and b[0] * b[1] * b[2] <= 1024
+        and 0 <= smem <= 2**32 - 1
+    )
     if valid:
         c = tf.LaunchConfig(grid, block, smem)
         assert (c.grid, c.block, c.shared_mem_bytes) == (g, b, smem)
@@ -100,12 +117,22 @@ def test_launchconfig_accepts_exactly_the_cuda_limits(grid, block, smem):
 
 # --- exact boundaries of the config and of the checks against a function, without a GPU --------
 
-@pytest.mark.parametrize(("grid", "block", "ok"), [
-    ((2**31 - 1, 65535, 65535), (1024, 1, 1), True),   # every grid limit, reached
-    ((2**31, 1, 1), 1, False), ((1, 65536, 1), 1, False), ((1, 1, 65536), 1, False),
-    (1, (32, 32, 1), True), (1, (1, 1, 64), True),      # 1024 threads; z at its 64
-    (1, (1, 1, 65), False), (1, (1025,), False), (1, (1, 1025), False), (1, (33, 32), False),
-])
+
+@pytest.mark.parametrize(
+    ("grid", "block", "ok"),
+    [
+        ((2**31 - 1, 65535, 65535), (1024, 1, 1), True),  # every grid limit, reached
+        ((2**31, 1, 1), 1, False),
+        ((1, 65536, 1), 1, False),
+        ((1, 1, 65536), 1, False),
+        (1, (32, 32, 1), True),
+        (1, (1, 1, 64), True),  # 1024 threads; z at its 64
+        (1, (1, 1, 65), False),
+        (1, (1025,), False),
+        (1, (1, 1025), False),
+        (1, (33, 32), False),
+    ],
+)
 def test_launchconfig_limits_on_both_sides(grid, block, ok):
     if ok:
         c = tf.LaunchConfig(grid, block)
@@ -137,8 +164,11 @@ def test_check_against_the_functions_thread_limit():
 
     fn = _Fn(max_threads=256)
     check_against(tf.LaunchConfig(1, 256), fn, "session.launch")  # the limit itself
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: block=\(257, 1, 1\) has 257 "
-                                                 r"threads but 'k' allows at most 256"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: block=\(257, 1, 1\) has 257 "
+        r"threads but 'k' allows at most 256",
+    ):
         check_against(tf.LaunchConfig(1, 257), fn, "session.launch")
 
 
@@ -154,26 +184,47 @@ def test_check_against_raises_shared_memory_up_to_the_opt_in_limit():
     most = 227 * 1024 - 1024
     check_against(tf.LaunchConfig(1, 32, most), fn, "session.launch")  # the opt-in limit
     assert fn.raised[-1] == most
-    with pytest.raises(tf.ValidationError, match=rf"session\.launch: shared_mem_bytes={most + 1} "
-                                                 rf"exceeds what 'k' can have on this device "
-                                                 rf"\({most} bytes dynamic beside 1024 static\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"session\.launch: shared_mem_bytes={most + 1} "
+        rf"exceeds what 'k' can have on this device "
+        rf"\({most} bytes dynamic beside 1024 static\)",
+    ):
         check_against(tf.LaunchConfig(1, 32, most + 1), fn, "session.launch")
     assert fn.raised[-1] == most  # the refusal raised nothing
 
 
-@pytest.mark.parametrize(("threads", "block", "blocks"), [
-    (1, 1, 1), (1, 256, 1), (255, 256, 1), (256, 256, 1), (257, 256, 2), (512, 256, 2),
-    (513, 256, 3), (7, 2, 4)])
+@pytest.mark.parametrize(
+    ("threads", "block", "blocks"),
+    [
+        (1, 1, 1),
+        (1, 256, 1),
+        (255, 256, 1),
+        (256, 256, 1),
+        (257, 256, 2),
+        (512, 256, 2),
+        (513, 256, 3),
+        (7, 2, 4),
+    ],
+)
 def test_flat_takes_the_fewest_blocks_that_cover_the_threads(threads, block, blocks):
     c = tf.LaunchConfig.flat(threads, block, 96)
     assert (c.grid, c.block, c.shared_mem_bytes) == ((blocks, 1, 1), (block, 1, 1), 96)
 
 
-@pytest.mark.parametrize(("threads", "block", "msg"), [
-    (0, 256, r"threads=0 must be an int >= 1"), (-1, 256, r"threads=-1"),
-    (True, 256, r"threads=True"), (2.0, 256, r"threads=2\.0"),
-    (1, 0, r"block=0 must be an int >= 1"), (1, True, r"block=True"), (1, -3, r"block=-3"),
-    (1, 1.0, r"block=1\.0")])
+@pytest.mark.parametrize(
+    ("threads", "block", "msg"),
+    [
+        (0, 256, r"threads=0 must be an int >= 1"),
+        (-1, 256, r"threads=-1"),
+        (True, 256, r"threads=True"),
+        (2.0, 256, r"threads=2\.0"),
+        (1, 0, r"block=0 must be an int >= 1"),
+        (1, True, r"block=True"),
+        (1, -3, r"block=-3"),
+        (1, 1.0, r"block=1\.0"),
+    ],
+)
 def test_flat_refuses_by_name(threads, block, msg):
     with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.flat: " + msg):
         tf.LaunchConfig.flat(threads, block)
@@ -181,8 +232,11 @@ def test_flat_refuses_by_name(threads, block, msg):
 
 def test_a_block_of_1025_threads_is_refused_and_1024_accepted():
     assert tf.LaunchConfig(1, (4, 4, 64)).threads_per_block == 1024
-    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: block=\(5, 5, 41\) has 1025 "
-                                                 r"threads; at most 1024"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^LaunchConfig: block=\(5, 5, 41\) has 1025 "
+        r"threads; at most 1024",
+    ):
         tf.LaunchConfig(1, (5, 5, 41))
     assert tf.LaunchConfig(1, 32).shared_mem_bytes == 0  # the default
     for bad in (True, 1.0, "0"):
@@ -195,8 +249,7 @@ def test_flat_defaults_and_configs_compare_by_value():
     assert (c.grid, c.block, c.shared_mem_bytes) == ((4, 1, 1), (256, 1, 1), 0)
     assert c == tf.LaunchConfig.flat(1000) and c != tf.LaunchConfig.flat(2000)
     assert c != tf.LaunchConfig.flat(1000, 128) and c != (c.grid, c.block, 0)
-    assert len({c, tf.LaunchConfig.flat(1000), tf.LaunchConfig.flat(1000, shared_mem_bytes=4)}) \
-        == 2
+    assert len({c, tf.LaunchConfig.flat(1000), tf.LaunchConfig.flat(1000, shared_mem_bytes=4)}) == 2
 
 
 def test_a_plain_config_made_again_from_the_same_ints_is_the_same_object():
@@ -223,8 +276,11 @@ def test_a_kept_config_never_answers_arguments_that_are_refused(grid, block):
 def test_a_kept_config_never_answers_shared_memory_that_is_refused(smem):
     tf.LaunchConfig(4, 32, 1)  # kept; True and 1.0 are equal keys to 1
     for _ in range(2):
-        with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: shared_mem_bytes=.* must be "
-                                                     r"an int from 0 to 4294967295"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^LaunchConfig: shared_mem_bytes=.* must be "
+            r"an int from 0 to 4294967295",
+        ):
             tf.LaunchConfig(4, 32, smem)
 
 
@@ -238,9 +294,14 @@ def test_kept_configs_are_bounded_and_stay_right_past_the_bound():
     assert tf.LaunchConfig(7, 64) is tf.LaunchConfig(7, 64)
 
 
-@pytest.mark.parametrize("config", [
-    tf.LaunchConfig((4, 2), 32, 16), tf.LaunchConfig((4, 2), 32, cluster=(2, 1)),
-    tf.LaunchConfig(8, 64, cooperative=True)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        tf.LaunchConfig((4, 2), 32, 16),
+        tf.LaunchConfig((4, 2), 32, cluster=(2, 1)),
+        tf.LaunchConfig(8, 64, cooperative=True),
+    ],
+)
 def test_a_config_survives_pickle_and_copy(config):
     import copy
     import pickle
@@ -252,6 +313,7 @@ def test_a_config_survives_pickle_and_copy(config):
 
 # --- LaunchConfig.auto: the block size chosen from the occupancy, without a GPU ---------------
 
+
 class _Occupied(_Fn):
     """A Function stand-in whose occupancy is a table: resident threads per block size."""
 
@@ -261,6 +323,7 @@ class _Occupied(_Fn):
 
     def occupancy(self, block, smem):
         from tenferro.launch_config import check_against
+
         check_against(tf.LaunchConfig(1, block, smem), self, "function.occupancy")
         self.asked.append((block, smem))
         return _Occ(self.blocks_at(block, smem))
@@ -273,6 +336,7 @@ class _Occ:
 
 def _choose(fn, n, smem=0):
     from tenferro.launch_config import choose_config
+
     return choose_config(fn, n, smem, "LaunchConfig.auto")
 
 
@@ -329,28 +393,41 @@ def test_auto_skips_block_sizes_whose_shared_memory_does_not_fit():
 
 def test_auto_refuses_when_no_block_size_fits_naming_the_first_that_did_not():
     fn = _Occupied(lambda b, m: 1, max_threads=64, static=0, optin=4096)
-    with pytest.raises(tf.ValidationError,
-                       match=r"^LaunchConfig\.auto: no block size lets 'k' run on this device: "
-                             r"shared_mem_bytes\(64\) = 4097 exceeds the 4096 bytes it can have$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^LaunchConfig\.auto: no block size lets 'k' run on this device: "
+        r"shared_mem_bytes\(64\) = 4097 exceeds the 4096 bytes it can have$",
+    ):
         _choose(fn, 100, lambda b: 4097 if b == 64 else 8192)
     assert fn.asked == [] and fn.raised == []
     idle = _Occupied(lambda b, m: 0, max_threads=64)
-    with pytest.raises(tf.ValidationError,
-                       match=r"^LaunchConfig\.auto: no block size lets 'k' run on this device$"):
+    with pytest.raises(
+        tf.ValidationError, match=r"^LaunchConfig\.auto: no block size lets 'k' run on this device$"
+    ):
         _choose(idle, 100)
 
 
-@pytest.mark.parametrize(("n", "smem", "msg"), [
-    (0, 0, r"n=0 must be an int >= 1"), (True, 0, r"n=True must be"), (1.0, 0, r"n=1\.0 must"),
-    (-5, 0, r"n=-5 must"),
-    (1, -1, r"shared_mem_bytes=-1 must be an int >= 0 or a function of the block size"),
-    (1, 1.5, r"shared_mem_bytes=1\.5 must be"), (1, True, r"shared_mem_bytes=True must be"),
-    (1, lambda b: -1, r"shared_mem_bytes\(64\) returned -1; it must be an int >= 0"),
-    (1, lambda b: 2.0, r"shared_mem_bytes\(64\) returned 2\.0"),
-    (1, lambda b: None, r"shared_mem_bytes\(64\) returned None"),
-    ((1 << 31) * 64, 0, r"n=137438953472 needs 2147483648 blocks of 64; the grid holds at most "
-                        r"2147483647"),
-])
+@pytest.mark.parametrize(
+    ("n", "smem", "msg"),
+    [
+        (0, 0, r"n=0 must be an int >= 1"),
+        (True, 0, r"n=True must be"),
+        (1.0, 0, r"n=1\.0 must"),
+        (-5, 0, r"n=-5 must"),
+        (1, -1, r"shared_mem_bytes=-1 must be an int >= 0 or a function of the block size"),
+        (1, 1.5, r"shared_mem_bytes=1\.5 must be"),
+        (1, True, r"shared_mem_bytes=True must be"),
+        (1, lambda b: -1, r"shared_mem_bytes\(64\) returned -1; it must be an int >= 0"),
+        (1, lambda b: 2.0, r"shared_mem_bytes\(64\) returned 2\.0"),
+        (1, lambda b: None, r"shared_mem_bytes\(64\) returned None"),
+        (
+            (1 << 31) * 64,
+            0,
+            r"n=137438953472 needs 2147483648 blocks of 64; the grid holds at most "
+            r"2147483647",
+        ),
+    ],
+)
 def test_auto_refusals_name_the_call_and_the_argument(n, smem, msg):
     fn = _Occupied(lambda b, m: 1, max_threads=64)
     with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.auto: " + msg):
@@ -364,8 +441,11 @@ def test_auto_takes_the_most_blocks_the_grid_holds():
 
 
 def test_auto_is_refused_for_what_is_not_a_function_of_a_module():
-    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig\.auto: function must be a "
-                                                 r"Function of a module, got _Occupied$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^LaunchConfig\.auto: function must be a "
+        r"Function of a module, got _Occupied$",
+    ):
         tf.LaunchConfig.auto(_Occupied(lambda b, m: 1), 100)
 
 
@@ -382,8 +462,9 @@ def test_auto_picks_the_block_size_the_driver_would_and_computes(session, rng):
     x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     x, y = session.upload(x0), session.upload(y0)
     session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1.5), tf.u32(n)])
-    np.testing.assert_allclose(session.download(y), y0 + 1.5 * x0.astype(np.float64),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        session.download(y), y0 + 1.5 * x0.astype(np.float64), rtol=1e-6, atol=1e-6
+    )
     occupancy = axpy.occupancy(block)
     assert occupancy.blocks_per_multiprocessor >= 1 and 0 < occupancy.fraction <= 1
     attributes = axpy.attributes
@@ -395,6 +476,7 @@ def test_auto_picks_the_block_size_the_driver_would_and_computes(session, rng):
 
 # --- clusters and cooperative launches: the config, and its checks against a stand-in ---------
 
+
 def test_a_config_with_clusters_or_cooperation_is_extended_and_says_so():
     plain = tf.LaunchConfig(8, 128)
     clustered = tf.LaunchConfig((8, 2), 128, cluster=(2, 2))
@@ -403,27 +485,36 @@ def test_a_config_with_clusters_or_cooperation_is_extended_and_says_so():
     assert clustered.extended and clustered.cluster == (2, 2, 1)
     assert coop.extended and coop.cooperative is True
     # The grid counts blocks (not clusters, as cuda.core's does): the repr says how many.
-    assert repr(clustered) == ("LaunchConfig(grid=(8, 2, 1), block=(128, 1, 1), "
-                               "shared_mem_bytes=0, cluster=(2, 2, 1); 16 blocks in 4 clusters)")
+    assert repr(clustered) == (
+        "LaunchConfig(grid=(8, 2, 1), block=(128, 1, 1), "
+        "shared_mem_bytes=0, cluster=(2, 2, 1); 16 blocks in 4 clusters)"
+    )
     assert repr(coop).endswith("shared_mem_bytes=0, cooperative=True)")
     assert repr(plain).endswith("shared_mem_bytes=0)")
     assert repr(tf.LaunchConfig(8, 128, cluster=2, cooperative=True)).endswith(
-        "shared_mem_bytes=0, cluster=(2, 1, 1); 8 blocks in 4 clusters, cooperative=True)")
+        "shared_mem_bytes=0, cluster=(2, 1, 1); 8 blocks in 4 clusters, cooperative=True)"
+    )
     # Equal only with the same cluster and cooperation: a checked config is not reused for both.
     assert len({plain, coop, tf.LaunchConfig(8, 128, cluster=1), tf.LaunchConfig(8, 128)}) == 3
     assert tf.LaunchConfig(8, 128, cluster=(8,)) == tf.LaunchConfig(8, 128, cluster=8)
 
 
-@pytest.mark.parametrize(("kwargs", "msg"), [
-    ({"grid": 6, "cluster": 4}, r"grid=\(6, 1, 1\) is not a whole number of clusters of "
-                                r"cluster=\(4, 1, 1\)"),
-    ({"grid": (4, 3), "cluster": (2, 2)}, r"grid=\(4, 3, 1\) is not a whole number"),
-    ({"grid": 4, "cluster": 0}, r"cluster=0: every dimension must be >= 1"),
-    ({"grid": 4, "cluster": (1, 1, 1, 1)}, r"cluster=\(1, 1, 1, 1\) must be an int or a tuple"),
-    ({"grid": 4, "cluster": True}, r"cluster=True must be an int or a tuple"),
-    ({"grid": 4, "cooperative": 1}, r"cooperative=1 must be True or False"),
-    ({"grid": 4, "cooperative": None}, r"cooperative=None must be True or False"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        (
+            {"grid": 6, "cluster": 4},
+            r"grid=\(6, 1, 1\) is not a whole number of clusters of "
+            r"cluster=\(4, 1, 1\)",
+        ),
+        ({"grid": (4, 3), "cluster": (2, 2)}, r"grid=\(4, 3, 1\) is not a whole number"),
+        ({"grid": 4, "cluster": 0}, r"cluster=0: every dimension must be >= 1"),
+        ({"grid": 4, "cluster": (1, 1, 1, 1)}, r"cluster=\(1, 1, 1, 1\) must be an int or a tuple"),
+        ({"grid": 4, "cluster": True}, r"cluster=True must be an int or a tuple"),
+        ({"grid": 4, "cooperative": 1}, r"cooperative=1 must be True or False"),
+        ({"grid": 4, "cooperative": None}, r"cooperative=None must be True or False"),
+    ],
+)
 def test_a_config_refuses_clusters_that_do_not_tile_the_grid(kwargs, msg):
     rest = {k: v for k, v in kwargs.items() if k != "grid"}  # the parameters stay as given
     with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: " + msg):
@@ -440,8 +531,11 @@ def test_a_config_takes_clusters_that_tile_the_grid():
 
 class _Context:
     def __init__(self, clusters=True, cooperative=True, sms=132, cc=(9, 0)):
-        self.facts = {"CLUSTER_LAUNCH": int(clusters), "COOPERATIVE_LAUNCH": int(cooperative),
-                      "MULTIPROCESSOR_COUNT": sms}
+        self.facts = {
+            "CLUSTER_LAUNCH": int(clusters),
+            "COOPERATIVE_LAUNCH": int(cooperative),
+            "MULTIPROCESSOR_COUNT": sms,
+        }
         self.compute_capability = cc
 
     def attribute(self, name):
@@ -454,7 +548,11 @@ class _ClusterFn(_Fn):
     def __init__(self, compiled=None, grid_sync=False, clusters_fit=4, per_sm=2, **context):
         super().__init__(max_threads=1024)
         self.compiled, self.grid_sync, self.clusters_fit, self.per_sm = (
-            compiled, grid_sync, clusters_fit, per_sm)
+            compiled,
+            grid_sync,
+            clusters_fit,
+            per_sm,
+        )
         self.state = type("S", (), {"context": _Context(**context)})()
         self.asked = []
 
@@ -487,13 +585,19 @@ def test_a_cooperative_grid_is_refused_past_what_runs_at_once():
     _check(tf.LaunchConfig(264, 256, cooperative=True), fn)  # all of them: accepted
     _check(tf.LaunchConfig((132, 2), 256, cooperative=True), fn)
     assert fn.asked[0] == ("resident", 256, 0, "session.launch")
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: cooperative grid=\(265, 1, "
-                                                 r"1\) has 265 blocks but at most 264 of "
-                                                 r"block=\(256, 1, 1\) with shared_mem_bytes=0 "
-                                                 r"run at once on this device"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: cooperative grid=\(265, 1, "
+        r"1\) has 265 blocks but at most 264 of "
+        r"block=\(256, 1, 1\) with shared_mem_bytes=0 "
+        r"run at once on this device",
+    ):
         _check(tf.LaunchConfig(265, 256, cooperative=True), fn)
-    with pytest.raises(tf.ValidationError, match=r"cooperative=True: this device cannot launch "
-                                                 r"cooperatively"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"cooperative=True: this device cannot launch "
+        r"cooperatively",
+    ):
         _check(tf.LaunchConfig(1, 32, cooperative=True), _ClusterFn(cooperative=False))
     # Every dimension of the grid counts: 132 x 2 x 1 fits, 66 x 1 x 5 = 330 does not.
     with pytest.raises(tf.ValidationError, match=r"cooperative grid=\(66, 1, 5\) has 330 blocks"):
@@ -514,9 +618,12 @@ def test_check_launch_names_the_callers_operation_in_the_function_limit_refusal(
 
 def test_a_grid_sync_kernel_is_launched_cooperatively_only():
     fn = _ClusterFn(grid_sync=True)
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: 'k' synchronizes the whole "
-                                                 r"grid; launch it with LaunchConfig\(\.\.\., "
-                                                 r"cooperative=True\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: 'k' synchronizes the whole "
+        r"grid; launch it with LaunchConfig\(\.\.\., "
+        r"cooperative=True\)",
+    ):
         _check(tf.LaunchConfig(4, 32), fn)
     assert fn.asked == []
     _check(tf.LaunchConfig(4, 32, cooperative=True), fn)
@@ -530,8 +637,10 @@ def test_clusters_up_to_16_blocks_are_asked_of_the_driver(size):
 
 
 def test_clusters_past_16_blocks_or_that_do_not_fit_are_refused():
-    msg = (r"^session\.launch: clusters of {} blocks of block=\(64, 1, 1\) with "
-           r"shared_mem_bytes=0 cannot run 'k' on this device")
+    msg = (
+        r"^session\.launch: clusters of {} blocks of block=\(64, 1, 1\) with "
+        r"shared_mem_bytes=0 cannot run 'k' on this device"
+    )
     with pytest.raises(tf.ValidationError, match=msg.format(32)):
         _check(tf.LaunchConfig((4, 8), 64, cluster=(4, 8)), _ClusterFn())
     with pytest.raises(tf.ValidationError, match=msg.format(17)):
@@ -539,9 +648,12 @@ def test_clusters_past_16_blocks_or_that_do_not_fit_are_refused():
     full = _ClusterFn(clusters_fit=0)  # the driver says none fits (its shared memory, say)
     with pytest.raises(tf.ValidationError, match=msg.format(2)):
         _check(tf.LaunchConfig(2, 64, cluster=2), full)
-    with pytest.raises(tf.ValidationError, match=r"cluster=\(2, 1, 1\) needs thread-block "
-                                                 r"clusters \(sm_90 or later\); this device is "
-                                                 r"sm_80"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"cluster=\(2, 1, 1\) needs thread-block "
+        r"clusters \(sm_90 or later\); this device is "
+        r"sm_80",
+    ):
         _check(tf.LaunchConfig(2, 64, cluster=2), _ClusterFn(clusters=False, cc=(8, 0)))
 
 
@@ -549,12 +661,18 @@ def test_a_kernels_compiled_clusters_bind_every_launch_of_it():
     fn = _ClusterFn(compiled=(2, 1, 1))
     _check(tf.LaunchConfig(4, 64), fn)  # no cluster given: the compiled one, the grid tiles
     _check(tf.LaunchConfig(4, 64, cluster=2), fn)  # the same cluster spelled out
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: grid=\(3, 1, 1\) is not a "
-                                                 r"whole number of the clusters \(2, 1, 1\) "
-                                                 r"that 'k' was compiled with"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: grid=\(3, 1, 1\) is not a "
+        r"whole number of the clusters \(2, 1, 1\) "
+        r"that 'k' was compiled with",
+    ):
         _check(tf.LaunchConfig(3, 64), fn)
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: cluster=\(4, 1, 1\) but 'k' "
-                                                 r"was compiled with __cluster_dims__\(2, 1, 1\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: cluster=\(4, 1, 1\) but 'k' "
+        r"was compiled with __cluster_dims__\(2, 1, 1\)",
+    ):
         _check(tf.LaunchConfig(8, 64, cluster=4), fn)
 
 
@@ -564,7 +682,10 @@ def test_auto_and_resident_refuse_what_is_not_a_modules_function(make):
         name = "k"
 
     for passed in (Kernel(), "k", None):
-        with pytest.raises(tf.ValidationError, match=rf"^LaunchConfig\.{make}: function must be "
-                                                     rf"a Function of a module, got "
-                                                     rf"{type(passed).__name__}$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^LaunchConfig\.{make}: function must be "
+            rf"a Function of a module, got "
+            rf"{type(passed).__name__}$",
+        ):
             getattr(tf.LaunchConfig, make)(passed, 32)

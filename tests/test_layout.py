@@ -15,13 +15,17 @@ def _sources():
     for root, prefix in ((PACKAGE, ""), (KERNELS, "kernels/")):
         for path in sorted(root.rglob("*.py")):
             yield prefix + str(path.relative_to(root)), path
+
+
 # torch's raw current-stream query (0.2 us against 8 for torch.cuda.current_stream), in the one
 # module that reads torch tensors (checked against the public answer on the GPU), and Session's
 # ``_state``, which session.py alone reads, to hand it to the parts and, through `state_of`, to
 # the layers above Session (ready kernels, torch ops): no other module may reach into anything.
 # numba_kernels.py reads a compiled kernel through its `library` and `type_annotation`.
-PRIVATE_READS = {"interop/producers.py": {"torch._C", "torch._C._cuda_getCurrentRawStream"},
-                 "session.py": {"session._state"}}
+PRIVATE_READS = {
+    "interop/producers.py": {"torch._C", "torch._C._cuda_getCurrentRawStream"},
+    "session.py": {"session._state"},
+}
 
 
 def _reaches(path):
@@ -63,9 +67,13 @@ def test_the_check_sees_a_reach():
 
 def _driver_names_used(path):
     tree = ast.parse(path.read_text(), str(path))
-    return {(node.lineno, node.attr) for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id == "_driver"}
+    return {
+        (node.lineno, node.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "_driver"
+    }
 
 
 def test_the_driver_seam_lists_what_crosses_it():
@@ -94,8 +102,12 @@ def test_the_driver_package_gathers_the_seam_and_its_modules_import_one_way():
     from tenferro import _driver
 
     init = ast.parse((PACKAGE / "_driver" / "__init__.py").read_text())
-    gathered = {a.asname or a.name for node in init.body if isinstance(node, ast.ImportFrom)
-                for a in node.names}
+    gathered = {
+        a.asname or a.name
+        for node in init.body
+        if isinstance(node, ast.ImportFrom)
+        for a in node.names
+    }
     assert gathered == set(_driver.__all__)
     assert all(isinstance(node, (ast.ImportFrom, ast.Assign)) for node in init.body[1:])
     imports = {}
@@ -104,10 +116,15 @@ def test_the_driver_package_gathers_the_seam_and_its_modules_import_one_way():
             continue
         tree = ast.parse(path.read_text(), str(path))
         assert ast.get_docstring(tree), f"_driver/{path.name} says nothing of what it holds"
-        assert any(isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"
-                   for node in tree.body), f"_driver/{path.name} has no __all__"
-        imports[path.stem] = {node.module for node in ast.walk(tree)
-                              if isinstance(node, ast.ImportFrom) and node.level == 1}
+        assert any(
+            isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"
+            for node in tree.body
+        ), f"_driver/{path.name} has no __all__"
+        imports[path.stem] = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+        }
     assert None not in set().union(*imports.values())  # "from . import x" would hide a module
     tuple(graphlib.TopologicalSorter(imports).static_order())  # CycleError on a circle
 
@@ -118,11 +135,19 @@ def _code_lines(path):
     docs = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
-                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             docs.update(range(body[0].lineno, body[0].end_lineno + 1))
-    return sum(1 for i, line in enumerate(path.read_text().splitlines(), 1)
-               if i not in docs and line.strip() and not line.strip().startswith("#"))
+    return sum(
+        1
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if i not in docs and line.strip() and not line.strip().startswith("#")
+    )
 
 
 def test_session_module_stays_small():
@@ -145,10 +170,14 @@ def test_every_package_ships_in_the_wheel():
     # left out of the wheel while every test run from the checkout still passed.
     import tomllib
 
-    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
-                 ["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts)
-             for p in PACKAGE.rglob("__init__.py")}
+    listed = set(
+        tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "packages"
+        ]
+    )
+    found = {
+        ".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")
+    }
     found.add("tenferro.kernels")  # from the top-level kernels/, by package-dir
     assert found == listed
 
@@ -181,7 +210,7 @@ def _imports(name, path):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             found.append((node.lineno, base, tuple(a.name for a in node.names)))
     return found
@@ -255,8 +284,11 @@ def test_no_module_imports_another_modules_private_name():
     found = {}
     for name, path in _sources():
         for line, base, names in _imports(name, path):
-            private = [n for n in names if n.startswith("_") and not n.startswith("__")
-                       and f"{base}.{n}" not in modules]
+            private = [
+                n
+                for n in names
+                if n.startswith("_") and not n.startswith("__") and f"{base}.{n}" not in modules
+            ]
             if base.startswith("tenferro") and private:
                 found.setdefault(name, []).append((line, base, private))
     assert found == {}, found

@@ -45,8 +45,7 @@ class FakeDriver:
 @pytest.fixture
 def fake(monkeypatch):
     d = FakeDriver()
-    for name in ("event_create", "event_record", "event_query", "mem_free_async",
-                 "event_destroy"):
+    for name in ("event_create", "event_record", "event_query", "mem_free_async", "event_destroy"):
         monkeypatch.setattr(_liveness._driver, name, getattr(d, name))
     return d
 
@@ -61,7 +60,7 @@ def test_holds_fence_every_n_and_go_when_the_gpu_has_passed(fake):
     live.hold(owners[2])  # the third: a fence on the session's stream takes the list
     assert fake.recorded == [(fake.next_event, 7)] and live.held == []
     assert live.generation != gen
-    (ev, fenced), = live.fences
+    ((ev, fenced),) = live.fences
     assert fenced == owners[:3]
     live.hold(owners[3])
     fake.passed.add(ev)
@@ -249,8 +248,9 @@ def test_kernel_survives_dropping_its_inputs_and_reusing_memory(session, rng):
     x0 = rng.standard_normal(n)
     x = session.upload(x0)
     y = session.upload(np.full(n, np.nan))
-    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 2.5,
-                                                 n, 100_000_000])  # ~50 ms of spinning
+    session.launch(
+        fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(x), 2.5, n, 100_000_000]
+    )  # ~50 ms of spinning
     del x  # the last Python reference to the input goes while the kernel still spins
     garbage = [session.upload(rng.standard_normal(n) * 1e9) for _ in range(4)]
     out = session.download(y)
@@ -266,8 +266,11 @@ def test_foreign_owner_is_held_until_the_stream_passes(session, cai):
     producer = cai(backing.ptr, (n,), "<f8", keep=backing)
     ref = weakref.ref(producer)
     y = session.alloc_output((n,), np.float64)
-    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(y), session.tensor(producer),
-                                                 1.0, n, 10_000_000])
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(n),
+        [session.tensor_mut(y), session.tensor(producer), 1.0, n, 10_000_000],
+    )
     del producer, backing
     assert ref() is not None, "the session must hold a foreign owner while its launch may run"
     session.synchronize()
@@ -313,14 +316,17 @@ def test_a_launch_with_new_scalars_alone_holds_nothing_more(session, rng):
     cfg = tf.LaunchConfig.flat(n, 128)
     session.synchronize()
     for a in (0.5, 0.25, 0.125):  # the README's loop: spans and numpy scalars made each call
-        session.launch(k, cfg, [session.tensor_mut(y), session.tensor(x), np.float32(a),
-                                np.int64(n)])
+        session.launch(
+            k, cfg, [session.tensor_mut(y), session.tensor(x), np.float32(a), np.int64(n)]
+        )
         if a == 0.5:  # the first launch (compiled, then checked) holds its spans
             held = list(state_of(session).liveness.held)
     assert state_of(session).liveness.held == held
     other = session.upload(x0)
-    session.launch(k, cfg, [session.tensor_mut(y), session.tensor(other), np.float32(1.0),
-                            np.int64(n)])
+    session.launch(
+        k, cfg, [session.tensor_mut(y), session.tensor(other), np.float32(1.0), np.int64(n)]
+    )
     assert [s.owner for s in state_of(session).liveness.held[-1]] == [y, x]  # the spans it replaced
-    np.testing.assert_allclose(session.download(y), y0 + 1.875 * x0.astype(np.float64),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        session.download(y), y0 + 1.875 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )

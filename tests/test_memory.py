@@ -10,8 +10,10 @@ from tenferro import dtypes
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int8, np.uint16,
-                                   np.int64, np.complex128, np.bool_])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float64, np.float32, np.float16, np.int8, np.uint16, np.int64, np.complex128, np.bool_],
+)
 def test_upload_download_round_trip(session, rng, dtype):
     a = (rng.standard_normal((5, 7, 3)) * 100).astype(dtype)
     t = session.upload(a)
@@ -23,8 +25,9 @@ def test_upload_download_round_trip(session, rng, dtype):
 
 @pytest.mark.gpu
 def test_alloc_zeros_output_bytes_and_empty(session):
-    np.testing.assert_array_equal(session.download(session.alloc_zeros((3, 5), np.int16)),
-                                  np.zeros((3, 5), np.int16))
+    np.testing.assert_array_equal(
+        session.download(session.alloc_zeros((3, 5), np.int16)), np.zeros((3, 5), np.int16)
+    )
     out = session.alloc_output((9,), np.float32)
     assert out.shape == (9,) and out.ptr
     ws = session.alloc_bytes(1000)
@@ -87,8 +90,11 @@ def test_memset_sets_every_byte_of_the_destination_and_nothing_else(session, rng
     np.testing.assert_array_equal(session.download(back), [0xA5A5A5A5] * 3)
     before = session.download(t)
     for bad in (256, -1, True, 2.0, "0"):
-        with pytest.raises(tf.ValidationError, match=r"^session\.memset: value=.* must be a "
-                                                     r"byte value, an int from 0 to 255"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.memset: value=.* must be a "
+            r"byte value, an int from 0 to 255",
+        ):
             session.memset(t, bad)
     with pytest.raises(tf.ValidationError, match=r"^session\.memset: dst: x is read-only"):
         session.memset(session.tensor(t), 0)
@@ -181,8 +187,11 @@ def test_memset_refuses_a_value_that_is_not_a_byte_before_it_reads_the_destinati
         def __getattr__(self, name):
             raise AssertionError(f"memset read {name!r} before refusing the value")
 
-    with pytest.raises(tf.ValidationError, match=r"^session\.memset: value=.* must be a byte "
-                                                 r"value, an int from 0 to 255"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.memset: value=.* must be a byte "
+        r"value, an int from 0 to 255",
+    ):
         memset(_Untouched(), _Untouched(), bad)
 
 
@@ -191,9 +200,11 @@ def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monke
     from tenferro.memory import memset
 
     calls = []
-    monkeypatch.setattr(_driver, "memset_d8_async",
-                        lambda ptr, value, nbytes, stream, op: calls.append(
-                            (ptr, value, nbytes, stream, op)))
+    monkeypatch.setattr(
+        _driver,
+        "memset_d8_async",
+        lambda ptr, value, nbytes, stream, op: calls.append((ptr, value, nbytes, stream, op)),
+    )
     s = ImportingSession()
     f32 = dtypes.by_name("f32")
     dst = tf.TensorMut(0x2000, (6,), (4,), f32, 0, None, s)
@@ -201,8 +212,11 @@ def test_memset_writes_the_byte_values_at_both_ends_and_skips_empty_memory(monke
     memset(s, dst, 255)  # the last byte value taken
     memset(s, dst, np.uint8(1))
     memset(s, tf.TensorMut(0x3000, (0,), (4,), f32, 0, None, s), 9)  # nothing to set
-    assert calls == [(0x2000, 0, 24, 7, "session.memset"), (0x2000, 255, 24, 7, "session.memset"),
-                     (0x2000, 1, 24, 7, "session.memset")]
+    assert calls == [
+        (0x2000, 0, 24, 7, "session.memset"),
+        (0x2000, 255, 24, 7, "session.memset"),
+        (0x2000, 1, 24, 7, "session.memset"),
+    ]
     (held,) = s.held[0]  # the span set, held until the stream passes
     assert len(s.held) == 4 and (type(held), held.ptr, held.nbytes) == (tf.TensorMut, 0x2000, 24)
     for bad in (256, -1):  # the first values refused on each side
@@ -217,20 +231,28 @@ def test_alloc_zeros_and_upload_ask_the_driver_for_their_bytes_on_the_stream(mon
     s = MemorySession(monkeypatch)
     z = tensor_part.alloc_zeros(s, (3, 5), np.int16)
     assert (z.shape, z.dtype, z.nbytes) == ((3, 5), np.int16, 30)
-    assert s.calls == [("alloc", 256, 7, "session.alloc_zeros"),  # a small Tensor's block
-                       ("memset", z.ptr, 0, 30, 7, "session.alloc_zeros")]
+    assert s.calls == [
+        ("alloc", 256, 7, "session.alloc_zeros"),  # a small Tensor's block
+        ("memset", z.ptr, 0, 30, 7, "session.alloc_zeros"),
+    ]
     s.calls.clear()
     host = np.float32(2.5) * np.ones((), np.float32)  # 0-d stays 0-d
     t = tensor_part.upload(s, np.asarray(host))
     assert t.shape == () and t.dtype == np.float32 and s.allocated == 34
     assert s.calls[0] == ("alloc", 256, 7, "session.upload")
-    assert s.calls[1][0] == "htod" and s.calls[1][1] == t.ptr and s.calls[1][3:] == \
-        (4, 7, "session.upload")
+    assert (
+        s.calls[1][0] == "htod"
+        and s.calls[1][1] == t.ptr
+        and s.calls[1][3:] == (4, 7, "session.upload")
+    )
     assert len(s.held) == 1 and s.held[0].shape == ()  # the host copy, until the stream passes
     capturing = MemorySession(monkeypatch, capturing=True)
-    with pytest.raises(tf.RuntimeStateError, match=r"^session\.upload: not allowed during "
-                                                   r"s\.capture\(\): host copies cannot be "
-                                                   r"captured; upload before the capture"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^session\.upload: not allowed during "
+        r"s\.capture\(\): host copies cannot be "
+        r"captured; upload before the capture",
+    ):
         tensor_part.upload(capturing, np.ones(3))
     assert capturing.calls == []
     del z, t  # freed on the stream, in order
@@ -243,8 +265,10 @@ def test_a_small_tensors_block_is_kept_for_the_next_small_one_and_trim_frees_it(
     s = MemorySession(monkeypatch)
     last = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES // 4,), np.float32)  # the last fit
     past = tensor_part.alloc_output(s, (SPARE_BLOCK_BYTES + 1,), np.uint8)  # the first past it
-    assert s.calls == [("alloc", SPARE_BLOCK_BYTES, 7, "session.alloc_output"),
-                       ("alloc", SPARE_BLOCK_BYTES + 1, 7, "session.alloc_output")]
+    assert s.calls == [
+        ("alloc", SPARE_BLOCK_BYTES, 7, "session.alloc_output"),
+        ("alloc", SPARE_BLOCK_BYTES + 1, 7, "session.alloc_output"),
+    ]
     assert last.context is s.context and past.context is s.context  # what __del__ frees through
     kept, freed = last.ptr, past.ptr
     s.calls.clear()
@@ -325,11 +349,17 @@ def test_copy_peer_orders_after_the_source_enables_peer_access_once_and_copies(m
     src = TensorRef.compact(0x20000, (4,), (4,), f32, 16, 1, owner, other)
     op = "session.copy_peer"
     tensor_part.copy_peer(s, dst, src)
-    assert asked == [("push", 0xC1), ("event",), ("wait", 7, 9, 0xE0, op), ("destroy", 0xE0),
-                     ("pop",),  # the event is the source context's, recorded on its stream
-                     ("can", 0xD0, 0xD1), ("enable", 0xC1, 0),  # this context reaches device 1
-                     ("copy", 0x10000, 0xC0, 0x20000, 0xC1, 16, 7, op)]
-    (d, held), = s.held
+    assert asked == [
+        ("push", 0xC1),
+        ("event",),
+        ("wait", 7, 9, 0xE0, op),
+        ("destroy", 0xE0),
+        ("pop",),  # the event is the source context's, recorded on its stream
+        ("can", 0xD0, 0xD1),
+        ("enable", 0xC1, 0),  # this context reaches device 1
+        ("copy", 0x10000, 0xC0, 0x20000, 0xC1, 16, 7, op),
+    ]
+    ((d, held),) = s.held
     assert (d.ptr, d.nbytes, held) == (0x10000, 16, owner)
     asked.clear()
     tensor_part.copy_peer(s, dst, src)

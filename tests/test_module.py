@@ -6,18 +6,18 @@ from _stand_ins import RecordsFaults
 
 import tenferro as tf
 
-SRC = r'''extern "C" __global__ void scale(float* y, float a, unsigned n) {
+SRC = r"""extern "C" __global__ void scale(float* y, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] *= a;
-}'''
+}"""
 
 
-SCALE = r'''
+SCALE = r"""
 extern "C" __global__ void scale(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i];
 }
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -27,21 +27,29 @@ def test_load_ptx_knows_its_signature_and_runs(session, rng):
     ptx = tf.compile_cuda(SCALE, arch="sm_90", target="ptx").ptx
     # NVRTC 13.5 writes PTX ISA 9.5, newer than driver 580 loads: a clear error naming both.
     if re.search(r"\.version 9\.[5-9]", ptx):
-        with pytest.raises(tf.BackendError, match=r"session\.load_ptx: the PTX is ISA version "
-                                                  r"9\.\d, newer than this driver \(CUDA 1"):
+        with pytest.raises(
+            tf.BackendError,
+            match=r"session\.load_ptx: the PTX is ISA version "
+            r"9\.\d, newer than this driver \(CUDA 1",
+        ):
             session.load_ptx(ptx)
         ptx = re.sub(r"\.version \d+\.\d+", ".version 9.0", ptx)
     fn = session.load_ptx(ptx).function("scale")
-    assert [p.kind for p in fn.signature.params] == ["ptr_or_int64", "ptr_or_int64", "float",
-                                                     "int"]
+    assert [p.kind for p in fn.signature.params] == ["ptr_or_int64", "ptr_or_int64", "float", "int"]
     x0 = rng.standard_normal(777).astype(np.float32)
     y = session.upload(np.full(777, np.nan, np.float32))
-    session.launch(fn, tf.LaunchConfig.flat(777, 128),
-                   [session.tensor_mut(y), session.tensor(session.upload(x0)), 1.5, 777])
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(777, 128),
+        [session.tensor_mut(y), session.tensor(session.upload(x0)), 1.5, 777],
+    )
     np.testing.assert_allclose(session.download(y), 1.5 * x0.astype(np.float64), rtol=1e-6)
     with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] expects f32"):
-        session.launch(fn, tf.LaunchConfig.flat(777), [session.tensor_mut(y), session.tensor(y),
-                                                       tf.f64(1.5), 777])
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(777),
+            [session.tensor_mut(y), session.tensor(y), tf.f64(1.5), 777],
+        )
 
 
 @pytest.mark.gpu
@@ -52,9 +60,11 @@ def test_load_cubin_takes_sizes_from_the_driver(session, rng):
     assert [p.size for p in fn.signature.params] == [8, 8, 4, 4]
     x0 = rng.standard_normal(300).astype(np.float32)
     y = session.upload(np.full(300, np.nan, np.float32))
-    session.launch(fn, tf.LaunchConfig.flat(300),
-                   [session.tensor_mut(y), session.tensor(session.upload(x0)), tf.f32(-2.0),
-                    tf.u32(300)])
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(300),
+        [session.tensor_mut(y), session.tensor(session.upload(x0)), tf.f32(-2.0), tf.u32(300)],
+    )
     np.testing.assert_allclose(session.download(y), -2.0 * x0.astype(np.float64), rtol=1e-6)
     with pytest.raises(tf.ValidationError, match=r"session\.launch: kernel 'scale' takes 4"):
         session.launch(fn, tf.LaunchConfig.flat(300), [session.tensor_mut(y)])
@@ -66,8 +76,11 @@ def test_load_cubin_takes_sizes_from_the_driver(session, rng):
 def test_module_function_refuses_a_name_that_is_not_a_str(session):
     m = session.compile(SRC)
     for bad in (["scale"], 3, None):
-        with pytest.raises(tf.ValidationError, match=rf"module\.function: name must be str, got "
-                                                     rf"{type(bad).__name__} "):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"module\.function: name must be str, got "
+            rf"{type(bad).__name__} ",
+        ):
             m.function(bad)
     assert m.function("scale").name == "scale"
 
@@ -77,8 +90,11 @@ def test_session_compile_keeps_the_log_on_the_module(session):
     m = session.compile("#warning tenferro-module-warning\n" + SRC)
     assert "tenferro-module-warning" in m.compile_log
     assert session.compile(SRC).compile_log == ""
-    with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: text has a NUL character at "
-                                                 r"offset 3"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.load_ptx: text has a NUL character at "
+        r"offset 3",
+    ):
         session.load_ptx("abc\0def")
     with pytest.raises(tf.ValidationError, match=r"session\.load_ptx: the text has no \.entry"):
         session.load_ptx(SRC)
@@ -88,23 +104,29 @@ def test_session_compile_keeps_the_log_on_the_module(session):
 def test_session_compile_refuses_another_architecture(session):
     major, minor = session.context.compute_capability
     other = "sm_80" if (major, minor) != (8, 0) else "sm_90"
-    with pytest.raises(tf.ValidationError,
-                       match=rf"session\.compile: arch='{other}' is not this device's "
-                             rf"architecture \(sm_{major}{minor}, "):
-        session.compile("extern \"C\" __global__ void f() {}", arch=other)
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"session\.compile: arch='{other}' is not this device's "
+        rf"architecture \(sm_{major}{minor}, ",
+    ):
+        session.compile('extern "C" __global__ void f() {}', arch=other)
 
 
 def test_a_function_reads_as_its_c_declaration():
     from tenferro.module import Function
 
-    r = tf.compile_cuda('extern "C" __global__ void axpy(float* y, const float* x, float a, '
-                        'unsigned n) {}', cache=False)
+    r = tf.compile_cuda(
+        'extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {}',
+        cache=False,
+    )
 
     class Shown:  # what repr reads of a Function, without a GPU to load one
         name, signature = "axpy", r.signatures["axpy"]
 
-    assert Function.__repr__(Shown()) == \
-        "Function(axpy(float* y, const float* x, float a, unsigned int n))"
+    assert (
+        Function.__repr__(Shown())
+        == "Function(axpy(float* y, const float* x, float a, unsigned int n))"
+    )
 
 
 @pytest.mark.gpu
@@ -114,17 +136,30 @@ def test_a_cpp_kernel_file_launches_by_its_kernels_own_names(session, rng):
     mod = session.compile(CPP_KERNELS)
     rows, cols = 37, 200
     x0 = rng.standard_normal((rows, cols)).astype(np.float32)
-    w0, b0 = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(
-        np.float32)
+    w0, b0 = (
+        rng.standard_normal(cols).astype(np.float32),
+        rng.standard_normal(cols).astype(np.float32),
+    )
     out = session.upload(np.full((rows, cols), np.nan, np.float32))
     mean, rstd = (session.upload(np.full(rows, np.nan, np.float32)) for _ in range(2))
     x, w, b = session.upload(x0), session.upload(w0), session.upload(b0)
     ln = mod.function("layernorm_forward")
     warps = 4  # rows a block: one warp a row
     cfg = tf.LaunchConfig((rows + warps - 1) // warps, 32 * warps)
-    session.launch(ln, cfg, [session.tensor_mut(out), session.tensor_mut(mean),
-                             session.tensor_mut(rstd), session.tensor(x), session.tensor(w),
-                             session.tensor(b), rows, cols])
+    session.launch(
+        ln,
+        cfg,
+        [
+            session.tensor_mut(out),
+            session.tensor_mut(mean),
+            session.tensor_mut(rstd),
+            session.tensor(x),
+            session.tensor(w),
+            session.tensor(b),
+            rows,
+            cols,
+        ],
+    )
     xd = x0.astype(np.float64)
     m = xd.mean(axis=1)
     s = 1.0 / np.sqrt(((xd - m[:, None]) ** 2).mean(axis=1) + 1e-5)
@@ -132,25 +167,47 @@ def test_a_cpp_kernel_file_launches_by_its_kernels_own_names(session, rng):
     np.testing.assert_allclose(session.download(out), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(session.download(mean), m, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(session.download(rstd), s, rtol=1e-4)
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[4\] 'weight' is "
-                                                 r"float64, the kernel takes const float\*$"):
-        session.launch(ln, cfg, [session.tensor_mut(out), session.tensor_mut(mean),
-                                 session.tensor_mut(rstd), session.tensor(x),
-                                 session.tensor(session.upload(w0.astype(np.float64))),
-                                 session.tensor(b), rows, cols])
-    with pytest.raises(tf.ValidationError, match=r"^module\.function: 'scale_rows' is "
-                                                 r"overloaded; .*scale_rows\(double\*, "):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[4\] 'weight' is "
+        r"float64, the kernel takes const float\*$",
+    ):
+        session.launch(
+            ln,
+            cfg,
+            [
+                session.tensor_mut(out),
+                session.tensor_mut(mean),
+                session.tensor_mut(rstd),
+                session.tensor(x),
+                session.tensor(session.upload(w0.astype(np.float64))),
+                session.tensor(b),
+                rows,
+                cols,
+            ],
+        )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.function: 'scale_rows' is "
+        r"overloaded; .*scale_rows\(double\*, ",
+    ):
         mod.function("scale_rows")
     sd = rng.standard_normal(rows)
     xd_dev = session.upload(xd)
     scale = mod.function("scale_rows(double*, const double*, int, int)")
-    session.launch(scale, tf.LaunchConfig(((cols + 127) // 128, rows), 128),
-                   [session.tensor_mut(xd_dev), session.tensor(session.upload(sd)), rows, cols])
+    session.launch(
+        scale,
+        tf.LaunchConfig(((cols + 127) // 128, rows), 128),
+        [session.tensor_mut(xd_dev), session.tensor(session.upload(sd)), rows, cols],
+    )
     np.testing.assert_array_equal(session.download(xd_dev), xd * sd[:, None])
     add_bias = mod.function("add_bias")
     assert mod.function("ops::add_bias").name == add_bias.name == "_ZN3ops8add_biasEPfPKfmm"
-    session.launch(add_bias, tf.LaunchConfig.flat(rows * cols, 256),
-                   [session.tensor_mut(x), session.tensor(b), rows * cols, cols])
+    session.launch(
+        add_bias,
+        tf.LaunchConfig.flat(rows * cols, 256),
+        [session.tensor_mut(x), session.tensor(b), rows * cols, cols],
+    )
     np.testing.assert_allclose(session.download(x), x0.astype(np.float64) + b0, rtol=1e-6)
 
 
@@ -166,19 +223,23 @@ def test_a_kernel_file_on_disk_with_library_headers_runs(session, rng, tmp_path,
     kernel.write_text(
         '#include <cstdint>\n#include <cmath>\n#include <algorithm>\n#include "common.cuh"\n'
         'extern "C" __global__ void root_clamp(float* y, const float* x, std::size_t n,\n'
-        '                                      std::int64_t offset) {\n'
-        '    const std::size_t i = blockIdx.x * (std::size_t)blockDim.x + threadIdx.x;\n'
-        '    if (i < n) y[i] = std::min(std::sqrt(std::abs(x[i])), kCap) + (float)offset;\n'
-        '}\n')
+        "                                      std::int64_t offset) {\n"
+        "    const std::size_t i = blockIdx.x * (std::size_t)blockDim.x + threadIdx.x;\n"
+        "    if (i < n) y[i] = std::min(std::sqrt(std::abs(x[i])), kCap) + (float)offset;\n"
+        "}\n"
+    )
     fn = session.compile(pathlib.Path(kernel)).function("root_clamp")
-    assert repr(fn) == ("Function(root_clamp(float* y, const float* x, unsigned long n, "
-                        "long long offset))")
+    assert repr(fn) == (
+        "Function(root_clamp(float* y, const float* x, unsigned long n, long long offset))"
+    )
     n = 1000
     x0 = rng.standard_normal(n).astype(np.float32) * 4
     y = session.upload(np.full(n, np.nan, np.float32))
-    session.launch(fn, tf.LaunchConfig.flat(n, 128),
-                   [session.tensor_mut(y), session.tensor(session.upload(x0)), tf.u64(n),
-                    tf.i64(-3)])
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(n, 128),
+        [session.tensor_mut(y), session.tensor(session.upload(x0)), tf.u64(n), tf.i64(-3)],
+    )
     want = np.minimum(np.sqrt(np.abs(x0.astype(np.float64))), 2.5) - 3
     np.testing.assert_allclose(session.download(y), want, rtol=1e-6, atol=1e-6)
 
@@ -191,8 +252,9 @@ def test_module_and_bound_launch_read_as_their_kernels(session):
     assert repr(fn) == "Function(scale(float* y, float a, unsigned int n))"
     y = session.alloc_zeros(8, np.float32)
     bound = session.bind(fn, tf.LaunchConfig.flat(8), [session.tensor_mut(y), 1.0, 8])
-    assert repr(bound) == ("BoundLaunch(scale, LaunchConfig(grid=(1, 1, 1), block=(256, 1, 1), "
-                           "shared_mem_bytes=0))")
+    assert repr(bound) == (
+        "BoundLaunch(scale, LaunchConfig(grid=(1, 1, 1), block=(256, 1, 1), shared_mem_bytes=0))"
+    )
 
 
 def _refusing_loader(result_name, given=None):
@@ -200,19 +262,29 @@ def _refusing_loader(result_name, given=None):
         if given is not None:
             given.append(image)
         raise tf.BackendError(f"{op}: cuModuleLoadData failed: {result_name}", result_name, 222)
+
     return module_load_data
 
 
-@pytest.mark.parametrize(("version_line", "said", "driver", "cuda"), [
-    (".version 9.1", "9.1", 12080, "12.8"), ("  .version 10.12", "10.12", 13000, "13.0"),
-    ("// no version here", "unknown", 12020, "12.2")])
+@pytest.mark.parametrize(
+    ("version_line", "said", "driver", "cuda"),
+    [
+        (".version 9.1", "9.1", 12080, "12.8"),
+        ("  .version 10.12", "10.12", 13000, "13.0"),
+        ("// no version here", "unknown", 12020, "12.2"),
+    ],
+)
 def test_ptx_newer_than_the_driver_names_both_versions_and_the_way_out(
-        monkeypatch, version_line, said, driver, cuda):
+    monkeypatch, version_line, said, driver, cuda
+):
     from tenferro import module as module_part
 
     given = []
-    monkeypatch.setattr(module_part._driver, "module_load_data",
-                        _refusing_loader("CUDA_ERROR_UNSUPPORTED_PTX_VERSION", given))
+    monkeypatch.setattr(
+        module_part._driver,
+        "module_load_data",
+        _refusing_loader("CUDA_ERROR_UNSUPPORTED_PTX_VERSION", given),
+    )
     monkeypatch.setattr(module_part._driver, "driver_version", lambda: driver)
     # A byte that is not UTF-8 (in a comment) does not stop the version from being read.
     image = f"// \xff\n{version_line}\n.target sm_90\n".encode("latin-1") + b"\0"
@@ -222,17 +294,23 @@ def test_ptx_newer_than_the_driver_names_both_versions_and_the_way_out(
     assert str(info.value) == (
         f"session.load_ptx: the PTX is ISA version {said}, newer than this driver (CUDA {cuda}) "
         "can load; compile to CUBIN for the device (the default of s.compile) or lower the PTX "
-        ".version")
+        ".version"
+    )
     assert (info.value.result_name, info.value.result_code) == (
-        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", 222)
+        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        222,
+    )
     with pytest.raises(tf.BackendError, match=r"^session\.load_module: the PTX is ISA"):
         module_part.Module(object(), image, "ptx", {})  # the operation a caller names by default
 
 
-@pytest.mark.parametrize(("kind", "result_name"), [
-    ("cubin", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),  # a CUBIN has no PTX version to name
-    ("ptx", "CUDA_ERROR_INVALID_IMAGE"),
-])
+@pytest.mark.parametrize(
+    ("kind", "result_name"),
+    [
+        ("cubin", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),  # a CUBIN has no PTX version to name
+        ("ptx", "CUDA_ERROR_INVALID_IMAGE"),
+    ],
+)
 def test_other_load_refusals_pass_through_as_the_driver_said(monkeypatch, kind, result_name):
     from tenferro import module as module_part
 
@@ -248,26 +326,42 @@ def test_a_loaded_module_keeps_what_it_was_given(monkeypatch):
     monkeypatch.setattr(module_part._driver, "module_load_data", lambda image, op: 0xBEEF)
     session, sigs = object(), {"k": tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]}
     m = module_part.Module(session, b"img", "cubin", sigs, compile_log="warning: x")
-    assert (m.state, m.handle, m.kind, m.signatures, m.lowered_names, m.compile_log,
-            m.variables) == (session, 0xBEEF, "cubin", sigs, {}, "warning: x", {})
+    assert (
+        m.state,
+        m.handle,
+        m.kind,
+        m.signatures,
+        m.lowered_names,
+        m.compile_log,
+        m.variables,
+    ) == (session, 0xBEEF, "cubin", sigs, {}, "warning: x", {})
     variables = {"t": object()}
-    named = module_part.Module(session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"},
-                               variables=variables)
+    named = module_part.Module(
+        session, b"img", "ptx", sigs, {"f<1>": "_Z1fILi1EEvv"}, variables=variables
+    )
     assert (named.lowered_names, named.compile_log) == ({"f<1>": "_Z1fILi1EEvv"}, "")
     assert named.variables is variables
 
 
 # --- a Function's attributes and occupancy, through a stand-in driver --------------------------
 
-_FUNC_ATTRIBUTES = {"NUM_REGS": 40, "LOCAL_SIZE_BYTES": 16, "SHARED_SIZE_BYTES": 1024,
-                    "CONST_SIZE_BYTES": 8, "MAX_THREADS_PER_BLOCK": 768, "PTX_VERSION": 87,
-                    "BINARY_VERSION": 90}
+_FUNC_ATTRIBUTES = {
+    "NUM_REGS": 40,
+    "LOCAL_SIZE_BYTES": 16,
+    "SHARED_SIZE_BYTES": 1024,
+    "CONST_SIZE_BYTES": 8,
+    "MAX_THREADS_PER_BLOCK": 768,
+    "PTX_VERSION": 87,
+    "BINARY_VERSION": 90,
+}
 
 
 class _Context:
     def attribute(self, name):
-        return {"MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
-                "MAX_THREADS_PER_MULTIPROCESSOR": 2048}[name]
+        return {
+            "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
+            "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
+        }[name]
 
 
 class _Session(RecordsFaults):
@@ -291,16 +385,23 @@ def scale_fn(monkeypatch):
 
     asked = []
     d = module_part._driver
-    monkeypatch.setattr(d, "func_attribute",
-                        lambda handle, name: _FUNC_ATTRIBUTES[name] if handle == 0x77 else -1)
-    monkeypatch.setattr(d, "occupancy_blocks",
-                        lambda handle, threads, smem, op: asked.append((handle, threads, smem,
-                                                                        op)) or 3)
-    monkeypatch.setattr(d, "func_set_max_dynamic_shared",
-                        lambda handle, n, op: asked.append(("raise", handle, n, op)))
+    monkeypatch.setattr(
+        d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name] if handle == 0x77 else -1
+    )
+    monkeypatch.setattr(
+        d,
+        "occupancy_blocks",
+        lambda handle, threads, smem, op: asked.append((handle, threads, smem, op)) or 3,
+    )
+    monkeypatch.setattr(
+        d,
+        "func_set_max_dynamic_shared",
+        lambda handle, n, op: asked.append(("raise", handle, n, op)),
+    )
     mod = type("M", (), {"state": _Session()})()
-    fn = module_part.Function(mod, "scale", 0x77,
-                              tf.compile_cuda(SRC, arch="sm_90").signatures["scale"])
+    fn = module_part.Function(
+        mod, "scale", 0x77, tf.compile_cuda(SRC, arch="sm_90").signatures["scale"]
+    )
     return fn, asked
 
 
@@ -311,8 +412,12 @@ def test_a_function_starts_with_its_limits_and_no_config_checked(scale_fn):
     assert (fn.module.state, fn.name, fn.handle) == (fn.state, "scale", 0x77)
     assert fn.signature.declaration() == "scale(float* y, float a, unsigned int n)"
     assert type(fn.param_block) is ParamBlock and fn.state.caches == [fn.param_block]
-    assert (fn.max_threads_per_block, fn.static_shared_bytes, fn.dynamic_shared_limit,
-            fn.device_shared_optin) == (768, 1024, 48 * 1024 - 1024, 227 * 1024)
+    assert (
+        fn.max_threads_per_block,
+        fn.static_shared_bytes,
+        fn.dynamic_shared_limit,
+        fn.device_shared_optin,
+    ) == (768, 1024, 48 * 1024 - 1024, 227 * 1024)
     assert fn.checked_configs == set() and (fn.record, fn.record_address) == (None, 0)
     assert fn.last_config is not None and not isinstance(fn.last_config, tf.LaunchConfig)
 
@@ -334,11 +439,13 @@ def test_a_module_finds_each_function_once(monkeypatch):
     d = module_part._driver
     looked_up = []
     monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
-    monkeypatch.setattr(d, "module_get_function",
-                        lambda module, name: looked_up.append((module, name)) or 0x77)
+    monkeypatch.setattr(
+        d, "module_get_function", lambda module, name: looked_up.append((module, name)) or 0x77
+    )
     monkeypatch.setattr(d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name])
-    m = module_part.Module(_Session(), b"img", "cubin",
-                           tf.compile_cuda(SRC, arch="sm_90").signatures)
+    m = module_part.Module(
+        _Session(), b"img", "cubin", tf.compile_cuda(SRC, arch="sm_90").signatures
+    )
     fn = m.function("scale")
     assert m.function("scale") is fn and looked_up == [(0xBEEF, "scale")]
 
@@ -351,14 +458,18 @@ def test_a_name_the_module_lacks_asks_the_driver_for_no_function(monkeypatch):
     d = module_part._driver
     looked_up = []
     monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
-    monkeypatch.setattr(d, "module_get_function",
-                        lambda module, name: looked_up.append(name) or 0x77)
+    monkeypatch.setattr(
+        d, "module_get_function", lambda module, name: looked_up.append(name) or 0x77
+    )
     monkeypatch.setattr(d, "module_function_names", lambda module: ["_Z5scalePff"])
     monkeypatch.setattr(d, "func_attribute", lambda handle, name: _FUNC_ATTRIBUTES[name])
     monkeypatch.setattr(d, "func_param_layout", lambda handle: [(0, 8), (8, 4)])
     m = module_part.Module(_Session(), b"img", "cubin", {})
-    with pytest.raises(tf.ValidationError, match=r"^module\.function: no kernel named 'nope' "
-                                                 r"in this module; it has \['scale'\]$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.function: no kernel named 'nope' "
+        r"in this module; it has \['scale'\]$",
+    ):
         m.function("nope")
     assert looked_up == []
     assert m.function("scale").name == "_Z5scalePff"  # the C++ name, found among the names
@@ -368,20 +479,31 @@ def test_a_name_the_module_lacks_asks_the_driver_for_no_function(monkeypatch):
 def test_a_functions_attributes_are_the_drivers(scale_fn):
     scale_fn, _ = scale_fn
     a = scale_fn.attributes
-    assert a == tf.module.KernelAttributes(registers=40, local_bytes=16, static_shared_bytes=1024,
-                                           const_bytes=8, max_threads_per_block=768,
-                                           ptx_version=87, binary_version=90)
+    assert a == tf.module.KernelAttributes(
+        registers=40,
+        local_bytes=16,
+        static_shared_bytes=1024,
+        const_bytes=8,
+        max_threads_per_block=768,
+        ptx_version=87,
+        binary_version=90,
+    )
     assert scale_fn.state.used == ["function.attributes"]
 
 
-@pytest.mark.parametrize(("block", "threads", "warps"), [
-    (256, 256, 24), ((16, 16), 256, 24), (100, 100, 12), (768, 768, 72), (1, 1, 3)])
+@pytest.mark.parametrize(
+    ("block", "threads", "warps"),
+    [(256, 256, 24), ((16, 16), 256, 24), (100, 100, 12), (768, 768, 72), (1, 1, 3)],
+)
 def test_occupancy_asks_the_driver_for_the_blocks_threads(scale_fn, block, threads, warps):
     scale_fn, asked = scale_fn
     occ = scale_fn.occupancy(block)
     assert asked == [(0x77, threads, 0, "function.occupancy")]
-    assert (occ.blocks_per_multiprocessor, occ.threads_per_block,
-            occ.max_threads_per_multiprocessor) == (3, threads, 2048)
+    assert (
+        occ.blocks_per_multiprocessor,
+        occ.threads_per_block,
+        occ.max_threads_per_multiprocessor,
+    ) == (3, threads, 2048)
     assert (occ.warps_per_multiprocessor, occ.fraction) == (warps, warps / 64)
     assert scale_fn.state.used == ["function.occupancy"]
 
@@ -392,19 +514,28 @@ def test_occupancy_with_shared_memory_opts_in_as_a_launch_does(scale_fn):
     scale_fn.occupancy(32, 48 * 1024 - 1024)  # within the default: nothing raised
     scale_fn.occupancy(32, most)
     assert scale_fn.dynamic_shared_limit == most
-    assert asked == [(0x77, 32, 48 * 1024 - 1024, "function.occupancy"),
-                              ("raise", 0x77, most, "session.launch"),
-                              (0x77, 32, most, "function.occupancy")]
+    assert asked == [
+        (0x77, 32, 48 * 1024 - 1024, "function.occupancy"),
+        ("raise", 0x77, most, "session.launch"),
+        (0x77, 32, most, "function.occupancy"),
+    ]
 
 
-@pytest.mark.parametrize(("block", "smem", "msg"), [
-    (769, 0, r"block=\(769, 1, 1\) has 769 threads but 'scale' allows at most 768"),
-    (0, 0, r"block=0: every dimension must be >= 1"),
-    ((1, 1, 65), 0, r"block=\(1, 1, 65\) exceeds the per-dimension limit"),
-    (32, 227 * 1024 - 1023, r"shared_mem_bytes=231425 exceeds what 'scale' can have on this "
-                            r"device \(231424 bytes dynamic beside 1024 static\)"),
-    (32, -1, r"shared_mem_bytes=-1 must be an int from 0"),
-])
+@pytest.mark.parametrize(
+    ("block", "smem", "msg"),
+    [
+        (769, 0, r"block=\(769, 1, 1\) has 769 threads but 'scale' allows at most 768"),
+        (0, 0, r"block=0: every dimension must be >= 1"),
+        ((1, 1, 65), 0, r"block=\(1, 1, 65\) exceeds the per-dimension limit"),
+        (
+            32,
+            227 * 1024 - 1023,
+            r"shared_mem_bytes=231425 exceeds what 'scale' can have on this "
+            r"device \(231424 bytes dynamic beside 1024 static\)",
+        ),
+        (32, -1, r"shared_mem_bytes=-1 must be an int from 0"),
+    ],
+)
 def test_occupancy_refusals_are_a_launchs_and_ask_the_driver_nothing(scale_fn, block, smem, msg):
     scale_fn, asked = scale_fn
     with pytest.raises(tf.ValidationError, match=r"^function\.occupancy: " + msg):
@@ -420,23 +551,31 @@ def test_auto_chooses_for_a_function_with_no_shared_memory_by_default(scale_fn):
 
 
 def _faulted(*args):
-    raise tf.KernelFault(f"{args[-1] if isinstance(args[-1], str) else 'cuFuncGetAttribute'}: "
-                         "the device reported CUDA_ERROR_ILLEGAL_ADDRESS",
-                         "CUDA_ERROR_ILLEGAL_ADDRESS", 700)
+    raise tf.KernelFault(
+        f"{args[-1] if isinstance(args[-1], str) else 'cuFuncGetAttribute'}: "
+        "the device reported CUDA_ERROR_ILLEGAL_ADDRESS",
+        "CUDA_ERROR_ILLEGAL_ADDRESS",
+        700,
+    )
 
 
-@pytest.mark.parametrize(("driver_call", "ask"), [
-    ("func_attribute", lambda fn: fn.attributes),
-    ("occupancy_blocks", lambda fn: fn.occupancy(64)),
-])
-def test_a_fault_a_function_query_sees_stops_the_session(scale_fn, monkeypatch, driver_call,
-                                                         ask):
+@pytest.mark.parametrize(
+    ("driver_call", "ask"),
+    [
+        ("func_attribute", lambda fn: fn.attributes),
+        ("occupancy_blocks", lambda fn: fn.occupancy(64)),
+    ],
+)
+def test_a_fault_a_function_query_sees_stops_the_session(scale_fn, monkeypatch, driver_call, ask):
     from tenferro import module as module_part
 
     fn, _ = scale_fn
     monkeypatch.setattr(module_part._driver, driver_call, lambda *a: _faulted(*a))
-    with pytest.raises(tf.KernelFault, match=r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
-                                             r"\['k'\]$"):
+    with pytest.raises(
+        tf.KernelFault,
+        match=r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
+        r"\['k'\]$",
+    ):
         ask(fn)
     assert len(fn.state.faults) == 1
 
@@ -446,20 +585,28 @@ def test_a_fault_the_function_lookup_sees_stops_the_session(monkeypatch):
 
     d = module_part._driver
     monkeypatch.setattr(d, "module_load_data", lambda image, op: 0xBEEF)
-    monkeypatch.setattr(d, "module_get_function",
-                        lambda module, name: _faulted("cuModuleGetFunction"))
-    monkeypatch.setattr(d, "module_function_names",
-                        lambda module: _faulted("cuModuleEnumerateFunctions"))
+    monkeypatch.setattr(
+        d, "module_get_function", lambda module, name: _faulted("cuModuleGetFunction")
+    )
+    monkeypatch.setattr(
+        d, "module_function_names", lambda module: _faulted("cuModuleEnumerateFunctions")
+    )
     m = module_part.Module(_Session(), b"img", "cubin", {})
-    with pytest.raises(tf.KernelFault, match=r"^cuModuleEnumerateFunctions: the device "
-                                             r"reported CUDA_ERROR_ILLEGAL_ADDRESS; last "
-                                             r"launches"):
+    with pytest.raises(
+        tf.KernelFault,
+        match=r"^cuModuleEnumerateFunctions: the device "
+        r"reported CUDA_ERROR_ILLEGAL_ADDRESS; last "
+        r"launches",
+    ):
         m.function("scale")  # the module's names are read before the driver is asked for one
     with pytest.raises(tf.KernelFault, match=r"^cuModuleEnumerateFunctions: the device "):
         m.function_names  # noqa: B018 (a property that asks the driver)
     monkeypatch.setattr(d, "module_function_names", lambda module: ["scale"])
-    with pytest.raises(tf.KernelFault, match=r"^cuModuleGetFunction: the device reported "
-                                             r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches"):
+    with pytest.raises(
+        tf.KernelFault,
+        match=r"^cuModuleGetFunction: the device reported "
+        r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches",
+    ):
         m.function("scale")
     assert len(m.state.faults) == 3
     monkeypatch.setattr(d, "module_get_function", lambda module, name: None)

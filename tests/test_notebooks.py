@@ -5,8 +5,13 @@ import os
 
 import pytest
 
-NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "notebooks", "*.ipynb")))
+NOTEBOOKS = sorted(
+    glob.glob(
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "*.ipynb"
+        )
+    )
+)
 
 
 def test_there_are_notebooks():
@@ -20,11 +25,17 @@ def test_notebook_runs_top_to_bottom(device, path, tmp_path):
     nbclient = pytest.importorskip("nbclient", reason="needs nbformat, nbclient and ipykernel")
     pytest.importorskip("ipykernel", reason="needs nbformat, nbclient and ipykernel")
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on failure
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors
     out = os.environ.get("TENFERRO_NOTEBOOK_OUT")
     if out:  # where the executed copies go to be saved with their outputs

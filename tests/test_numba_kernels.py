@@ -58,8 +58,15 @@ def _typed(f, argtypes):
 
 
 def test_layout_matches_the_ptx_numba_emits():
-    argtypes = (F32_C, F64_2A, types.complex64, types.int16, types.boolean, types.float16,
-                types.Array(types.int8, 3, "A"))
+    argtypes = (
+        F32_C,
+        F64_2A,
+        types.complex64,
+        types.int16,
+        types.boolean,
+        types.float16,
+        types.Array(types.int8, 3, "A"),
+    )
 
     def k(a, b, c, d, e, f, g):
         pass
@@ -75,20 +82,26 @@ def test_layout_names_each_field_as_numba_lays_it_out():
     specs, sig = numba_layout((F32_C, types.complex64, types.float32), "k", "test")
     assert (sig.name, sig.origin) == ("k", "numba")
     table = [(p.kind, p.size, p.align, p.scalar and p.scalar.name, p.name) for p in sig.params]
-    assert table == [("int", 8, 8, "i64", f"0.{f}") for f in (
-        "meminfo", "parent", "nitems", "itemsize", "data", "shape0", "stride0")] + [
-        ("opaque", 4, 4, None, "1.real"), ("opaque", 4, 4, None, "1.imag"),
-        ("opaque", 4, 4, "f32", "2")]
+    assert table == [
+        ("int", 8, 8, "i64", f"0.{f}")
+        for f in ("meminfo", "parent", "nitems", "itemsize", "data", "shape0", "stride0")
+    ] + [
+        ("opaque", 4, 4, None, "1.real"),
+        ("opaque", 4, 4, None, "1.imag"),
+        ("opaque", 4, 4, "f32", "2"),
+    ]
     from tenferro.numba_kernels import _ARRAY, _SCALAR_ARG
 
     f32, c64 = dtypes.by_name("f32"), dtypes.by_name("c64")
-    assert specs == [(_ARRAY, f32, 1, "C", 0), (_SCALAR_ARG, c64, 0, "", 7),
-                     (_SCALAR_ARG, f32, 0, "", 9)]  # each argument's first parameter
+    assert specs == [
+        (_ARRAY, f32, 1, "C", 0),
+        (_SCALAR_ARG, c64, 0, "", 7),
+        (_SCALAR_ARG, f32, 0, "", 9),
+    ]  # each argument's first parameter
 
 
 def test_writes_are_read_from_the_typed_ir():
-    assert written_arrays(_typed(scale_into, (F32_C, F32_C, types.float32, types.int64)),
-                          4) == {0}
+    assert written_arrays(_typed(scale_into, (F32_C, F32_C, types.float32, types.int64)), 4) == {0}
     argtypes = (F32_C, F32_C, types.Array(types.float64, 1, "C"), F32_C, types.int64)
     assert written_arrays(_typed(views_and_atomics, argtypes), 5) == {0, 2}
     assert written_arrays(_typed(reads_only, (F32_C, F32_C, types.int64)), 3) == set()
@@ -122,23 +135,41 @@ def test_pack_writes_numbas_array_struct_and_checks(rng):
     op = "session.launch"
     for bad, name in ((np.float64(1.0), "float64"), (np.int32(1), "int32")):
         args = [a, b, bad, np.int64(1)] if name == "float64" else [a, b, np.float32(1), bad]
-        with pytest.raises(tf.ValidationError, match=rf"args\[[23]\] of numba kernel 'k' "
-                                                     rf"expects (f32|i64), got numpy {name}"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"args\[[23]\] of numba kernel 'k' "
+            rf"expects (f32|i64), got numpy {name}",
+        ):
             block.pack(args, s, op)
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[1\] is a read-only "
-                                                 r"TensorRef but numba kernel 'k' stores"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[1\] is a read-only "
+        r"TensorRef but numba kernel 'k' stores",
+    ):
         block.pack([a, tf.TensorRef(0x20000, (7,), (4,), f32, 0, None, s), tf.f32(1), 7], s, op)
-    with pytest.raises(tf.ValidationError, match=r"args\[2\] of numba kernel 'k' expects f32, "
-                                                 r"got f64"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[2\] of numba kernel 'k' expects f32, "
+        r"got f64",
+    ):
         block.pack([a, b, tf.f64(1), 7], s, op)
-    with pytest.raises(tf.ValidationError, match=r"args\[3\]: 1e\+30 is out of range|args\[3\]"
-                                                 r".*needs an integer"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[3\]: 1e\+30 is out of range|args\[3\]"
+        r".*needs an integer",
+    ):
         block.pack([a, b, tf.f32(1), 1e30], s, op)
-    with pytest.raises(tf.ValidationError, match=r"args\[3\]: 9223372036854775808 is out of "
-                                                 r"range for i64"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[3\]: 9223372036854775808 is out of "
+        r"range for i64",
+    ):
         block.pack([a, b, tf.f32(1), 1 << 63], s, op)
-    with pytest.raises(tf.ValidationError, match=r"args\[0\] of 'k' expects a 2-d f64 array, "
-                                                 r"got a 1-d f32"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[0\] of 'k' expects a 2-d f64 array, "
+        r"got a 1-d f32",
+    ):
         block.pack([b, b, tf.f32(1), 7], s, op)
     with pytest.raises(tf.ValidationError, match=r"args\[1\] of 'k' expects layout 'C'"):
         block.pack([a, tf.TensorMut(0x20000, (7,), (8,), f32, 0, None, s), tf.f32(1), 7], s, op)
@@ -176,8 +207,11 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
     assert struct.unpack_from("<7q", raw, block.offsets[0])[4] == 0x20000
     checked.clear()
     over = tf.TensorRef(0x20004, (7,), (4,), f32, 0, None, s)  # a new span: overlaps checked
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] \(TensorMut\) "
-                                                 r"and args\[1\] \(TensorRef\) overlap"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] \(TensorMut\) "
+        r"and args\[1\] \(TensorRef\) overlap",
+    ):
         block.pack([y, over, np.float32(1.0), nine], s, op)
     assert checked == [1, 2]
     checked.clear()
@@ -189,16 +223,25 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
     checked.clear()
     two = np.float32(2.0)
     block.pack([y, x, two, nine], s, op)
-    with pytest.raises(tf.ValidationError, match=r"args\[0\] \(TensorMut\) and args\[1\] "
-                                                 r"\(TensorRef\) overlap"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[0\] \(TensorMut\) and args\[1\] "
+        r"\(TensorRef\) overlap",
+    ):
         block.pack([y, over, two, nine], s, op)  # only a span is new: overlaps still checked
     block.pack([y, x, two, nine], s, op)
-    with pytest.raises(tf.ValidationError, match=r"numba kernel 'k' takes 4 argument\(s\), "
-                                                 r"got 1"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"numba kernel 'k' takes 4 argument\(s\), "
+        r"got 1",
+    ):
         block.pack([y], s, op)  # the first of the last arguments is not all of them
     block.pack([y, x, two, nine], s, op)
-    with pytest.raises(tf.ValidationError, match=r"args\[1\] of 'k' is an array \(f32, 1-d\); "
-                                                 r"got float32"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[1\] of 'k' is an array \(f32, 1-d\); "
+        r"got float32",
+    ):
         block.pack([y, np.float32(1.0), two, nine], s, op)  # a numpy scalar where an array goes
     block.pack([y, x, two, nine], s, op)
     block.forget()  # a synchronize: the next pack checks everything again
@@ -206,13 +249,19 @@ def test_pack_checks_and_writes_only_the_arguments_that_changed(monkeypatch):
     block.pack([y, x, two, nine], s, op)
     assert checked == [0, 1, 2, 3]
     checked.clear()
-    with pytest.raises(tf.ValidationError, match=r"args\[2\] of numba kernel 'k' expects f32, "
-                                                 r"got numpy float64"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[2\] of numba kernel 'k' expects f32, "
+        r"got numpy float64",
+    ):
         block.pack([y, x, np.float64(1.0), nine], s, op)  # another numpy type: refused
     assert checked == [2]
     checked.clear()
-    with pytest.raises(tf.ValidationError, match=r"numba kernel 'k' takes 4 argument\(s\), "
-                                                 r"got 0"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"numba kernel 'k' takes 4 argument\(s\), "
+        r"got 0",
+    ):
         block.pack([], s, op)  # after the refusal nothing is remembered; still counted
 
 
@@ -225,31 +274,49 @@ def test_pack_takes_a_pointer_argument_as_its_span_and_checks_fortran_order_and_
     fort = tf.TensorRef(0x10000, (3, 5), (8, 24), f64, 0, None, s)  # column-major
     op = "session.launch"
     assert block.pack([tf.KernelArg.pointer(fort), np.float64(1.0)], s, op) == [fort]
-    assert struct.unpack_from("<9q", bytes(block._mv), block.offsets[0])[4:] == \
-        (0x10000, 3, 5, 8, 24)
+    assert struct.unpack_from("<9q", bytes(block._mv), block.offsets[0])[4:] == (
+        0x10000,
+        3,
+        5,
+        8,
+        24,
+    )
     rows = tf.TensorRef(0x10000, (3, 5), (40, 8), f64, 0, None, s)  # row-major
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] of 'k' expects "
-                                                 r"layout 'F', got strides=\(40, 8\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] of 'k' expects "
+        r"layout 'F', got strides=\(40, 8\)",
+    ):
         block.pack([rows, np.float64(1.0)], s, op)
     flat = tf.TensorRef(0x10000, (15,), (8,), f64, 0, None, s)  # the right type, one dimension
-    with pytest.raises(tf.ValidationError, match=r"args\[0\] of 'k' expects a 2-d f64 array, "
-                                                 r"got a 1-d f64 span"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[0\] of 'k' expects a 2-d f64 array, "
+        r"got a 1-d f64 span",
+    ):
         block.pack([flat, np.float64(1.0)], s, op)
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[1\] of numba kernel "
-                                                 r"'k' expects f64, got numpy float32 scalar"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[1\] of numba kernel "
+        r"'k' expects f64, got numpy float32 scalar",
+    ):
         block.pack([fort, np.float32(1.0)], s, op)
 
 
 def test_specialization_refuses_untyped_python_numbers():
-    with pytest.raises(tf.ValidationError, match=r"op: args\[2\] is a bare Python int; a numba "
-                                                 r"kernel without a signature"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"op: args\[2\] is a bare Python int; a numba "
+        r"kernel without a signature",
+    ):
         _specialization_type(3, "op", 2)
     assert _specialization_type(tf.f32(1.0), "op", 0) == types.float32
     assert _specialization_type(np.int16(3), "op", 0) == types.int16
     f64 = dtypes.by_name("f64")
     fort = tf.TensorRef(0x10000, (3, 5), (8, 24), f64, 0, None, _FakeSession())
-    assert _specialization_type(tf.KernelArg.pointer(fort), "op", 0) == \
-        types.Array(types.float64, 2, "A")  # a pointer argument is its span's array type
+    assert _specialization_type(tf.KernelArg.pointer(fort), "op", 0) == types.Array(
+        types.float64, 2, "A"
+    )  # a pointer argument is its span's array type
 
 
 class _CachingSession:
@@ -278,12 +345,15 @@ def test_a_kernel_specializes_once_per_numba_type_and_finds_it_without_numba(mon
     from tenferro import numba_kernels as nk
 
     compiled, keys = [], []
-    monkeypatch.setattr(nk, "compile_for_session",
-                        lambda s, d, key, name, op: compiled.append(key) or
-                        _Fn(f"fn{len(compiled)}"))
+    monkeypatch.setattr(
+        nk,
+        "compile_for_session",
+        lambda s, d, key, name, op: compiled.append(key) or _Fn(f"fn{len(compiled)}"),
+    )
     real = nk._specialization_type
-    monkeypatch.setattr(nk, "_specialization_type",
-                        lambda a, op, i: keys.append(i) or real(a, op, i))
+    monkeypatch.setattr(
+        nk, "_specialization_type", lambda a, op, i: keys.append(i) or real(a, op, i)
+    )
     s = _CachingSession()
     k = nk.NumbaKernel(s, None, "k")
     f32, f64 = dtypes.by_name("f32"), dtypes.by_name("f64")
@@ -318,8 +388,9 @@ def test_known_function_finds_only_what_is_compiled_and_builds_nothing(monkeypat
     real = nk._specialization_type
     fn1 = _Fn("fn1", (F32_C, types.float32))
     monkeypatch.setattr(nk, "compile_for_session", lambda s, d, key, name, op: fn1)
-    monkeypatch.setattr(nk, "_specialization_type",
-                        lambda a, op, i: built.append(i) or real(a, op, i))
+    monkeypatch.setattr(
+        nk, "_specialization_type", lambda a, op, i: built.append(i) or real(a, op, i)
+    )
     s = _CachingSession()
     k = nk.NumbaKernel(s, None, "k")
     f32 = dtypes.by_name("f32")
@@ -353,15 +424,17 @@ def test_a_kernel_compiles_for_its_session_dispatcher_and_name_once_per_key(monk
     from tenferro import numba_kernels as nk
 
     asked = []
-    monkeypatch.setattr(nk, "compile_for_session", lambda *a: asked.append(a) or
-                        _Fn(f"fn{len(asked)}"))
+    monkeypatch.setattr(
+        nk, "compile_for_session", lambda *a: asked.append(a) or _Fn(f"fn{len(asked)}")
+    )
     s, dispatcher = _CachingSession(), object()
     k = nk.NumbaKernel(s, dispatcher, "k")
     f32 = dtypes.by_name("f32")
     y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, s)
     assert k.function_for([y, np.float32(1.0)], "session.launch") == "fn1"
-    assert asked == [(s, dispatcher, (types.Array(types.float32, 1, "C"), types.float32), "k",
-                      "session.launch")]
+    assert asked == [
+        (s, dispatcher, (types.Array(types.float32, 1, "C"), types.float32), "k", "session.launch")
+    ]
     assert k.function_for([y], "session.launch") == "fn2"  # a prefix of the last arguments
     assert k.function_for([y, np.float32(3.0)], "session.launch") == "fn1" and len(asked) == 2
 
@@ -374,9 +447,12 @@ def test_a_numba_kernel_refuses_another_argument_count_before_compiling(monkeypa
     f32 = dtypes.by_name("f32")
     y = tf.TensorMut(0x10000, (8,), (4,), f32, 0, None, k.state)
     for args in ([], [y, y, np.float32(1.0)], [y, y, np.float32(1.0), np.int64(8), 0]):
-        with pytest.raises(tf.ValidationError, match=rf"^session\.launch: numba kernel "
-                                                     rf"'scale_into' takes 4 argument\(s\), "
-                                                     rf"got {len(args)}$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^session\.launch: numba kernel "
+            rf"'scale_into' takes 4 argument\(s\), "
+            rf"got {len(args)}$",
+        ):
             k.function_for(args, "session.launch")
 
 
@@ -407,22 +483,41 @@ def test_1d_numba_kernel_with_signature(session, rng):
     n = 10_007
     x0 = rng.standard_normal(n)
     out = session.upload(np.full(n, np.nan))
-    session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
-                                                 session.tensor(session.upload(x0)), 1.75, n])
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(n),
+        [session.tensor_mut(out), session.tensor(session.upload(x0)), 1.75, n],
+    )
     np.testing.assert_array_equal(session.download(out), 1.75 * x0)
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] of numba kernel "
-                                                 r"'scale_into' expects f64, got f32"):
-        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
-                                                     session.tensor(out), tf.f32(1.0), n])
-    with pytest.raises(tf.ValidationError,
-                       match=r"session\.launch: args\[3\]: i64 needs an integer, got float 1\.5"):
-        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor_mut(out),
-                                                     session.tensor(session.upload(x0)), 1.0,
-                                                     1.5])
-    with pytest.raises(tf.ValidationError, match=r"args\[0\] is a read-only TensorRef but numba "
-                                                 r"kernel 'scale_into' stores"):
-        session.launch(fn, tf.LaunchConfig.flat(n), [session.tensor(out),
-                                                     session.tensor(session.upload(x0)), 1.0, n])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[2\] of numba kernel "
+        r"'scale_into' expects f64, got f32",
+    ):
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n),
+            [session.tensor_mut(out), session.tensor(out), tf.f32(1.0), n],
+        )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[3\]: i64 needs an integer, got float 1\.5",
+    ):
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n),
+            [session.tensor_mut(out), session.tensor(session.upload(x0)), 1.0, 1.5],
+        )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"args\[0\] is a read-only TensorRef but numba "
+        r"kernel 'scale_into' stores",
+    ):
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n),
+            [session.tensor(out), session.tensor(session.upload(x0)), 1.0, n],
+        )
 
 
 @pytest.mark.gpu
@@ -431,8 +526,9 @@ def test_2d_strided_views_lazily_specialized(session, rng):
     rows, cols = 45, 70
     a0, b0 = rng.standard_normal((cols, rows)), rng.standard_normal((rows, cols))
     at = session.tensor(session.upload(a0), allow_strided=False)  # C (cols, rows)
-    a_t = tf.TensorRef(at.ptr, (rows, cols), (8, rows * 8), at.scalar_type, 0, at.owner,
-                       session)  # its transpose, as a strided view
+    a_t = tf.TensorRef(
+        at.ptr, (rows, cols), (8, rows * 8), at.scalar_type, 0, at.owner, session
+    )  # its transpose, as a strided view
     out = session.upload(np.full((rows, cols), np.nan))
     cfg = tf.LaunchConfig(((rows + 15) // 16, (cols + 15) // 16), (16, 16))
     session.launch(k, cfg, [session.tensor_mut(out), a_t, session.tensor(session.upload(b0))])
@@ -446,8 +542,11 @@ def test_3d_numba_kernel(session, rng):
     x0 = rng.standard_normal((9, 17, 33)).astype(np.float32)
     out = session.upload(np.full(x0.shape, np.nan, np.float32))
     k = session.numba_kernel(stencil3d)
-    session.launch(k, tf.LaunchConfig((3, 5, 9), (4, 4, 4)),
-                   [session.tensor_mut(out), session.tensor(session.upload(x0))])
+    session.launch(
+        k,
+        tf.LaunchConfig((3, 5, 9), (4, 4, 4)),
+        [session.tensor_mut(out), session.tensor(session.upload(x0))],
+    )
     ref = x0.astype(np.float64).copy()
     ref[1:-1] = x0[:-2].astype(np.float64) + x0[2:] - 2.0 * x0[1:-1]
     np.testing.assert_allclose(session.download(out), ref, rtol=1e-6, atol=1e-6)
@@ -464,8 +563,7 @@ def test_numba_and_raw_kernels_share_buffers_in_stream_order(session, rng):
     x, y, z = session.upload(x0), session.upload(y0), session.alloc_output((n,), np.float32)
     cfg = tf.LaunchConfig.flat(n)
     for _ in range(3):  # y = 2x + y (raw), z = 3y (numba), x = z (copy)
-        session.launch(raw, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0),
-                                  tf.u32(n)])
+        session.launch(raw, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(2.0), tf.u32(n)])
         session.launch(nk, cfg, [session.tensor_mut(z), session.tensor(y), tf.f32(3.0), n])
         session.copy(x, z)
     xr, yr = x0.astype(np.float64), y0.astype(np.float64)
@@ -477,9 +575,9 @@ def test_numba_and_raw_kernels_share_buffers_in_stream_order(session, rng):
 
 @pytest.mark.gpu
 def test_numba_kernel_links_tenferro_compiled_cuda_c(session, rng, tmp_path):
-    src = r'''
+    src = r"""
     extern "C" __device__ int cubic(float* ret, float x) { *ret = x * x * x; return 0; }
-    '''
+    """
     major, minor = session.context.compute_capability
     r = tf.compile_cuda(src, arch=f"sm_{major}{minor}", target="ptx", options=["-rdc=true"])
     path = tmp_path / "cubic.ptx"
@@ -495,8 +593,9 @@ def test_numba_kernel_links_tenferro_compiled_cuda_c(session, rng, tmp_path):
     x0 = rng.standard_normal(999).astype(np.float32)
     out = session.upload(np.full(999, np.nan, np.float32))
     k = session.numba_kernel(apply_cubic, "void(float32[::1], float32[::1])")
-    session.launch(k, tf.LaunchConfig.flat(999), [session.tensor_mut(out),
-                                                  session.tensor(session.upload(x0))])
+    session.launch(
+        k, tf.LaunchConfig.flat(999), [session.tensor_mut(out), session.tensor(session.upload(x0))]
+    )
     np.testing.assert_allclose(session.download(out), x0.astype(np.float64) ** 3, rtol=1e-5)
 
 
@@ -506,41 +605,64 @@ def test_numba_kernel_refusals(session):
     def helper(x):
         return x
 
-    with pytest.raises(tf.ValidationError, match=r"session\.numba_kernel: 'helper' is a device "
-                                                 r"function"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.numba_kernel: 'helper' is a device "
+        r"function",
+    ):
         session.numba_kernel(helper)
-    with pytest.raises(tf.ValidationError, match=r"session\.numba_kernel: expected a Python "
-                                                 r"function"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.numba_kernel: expected a Python "
+        r"function",
+    ):
         session.numba_kernel(42)
     k = session.numba_kernel(scale_into)
     y = session.alloc_zeros(8, np.float32)
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[2\] is a bare Python "
-                                                 r"float"):
-        session.launch(k, tf.LaunchConfig.flat(8), [session.tensor_mut(y), session.tensor(y),
-                                                    2.0, 8])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[2\] is a bare Python "
+        r"float",
+    ):
+        session.launch(
+            k, tf.LaunchConfig.flat(8), [session.tensor_mut(y), session.tensor(y), 2.0, 8]
+        )
 
 
 @pytest.mark.gpu
 def test_a_numba_kernel_relaunched_with_new_objects_of_the_same_types_computes_and_checks(
-        session, rng):
+    session, rng
+):
     k = session.numba_kernel(scale_into)
     n = 4097
     x0 = rng.standard_normal(n).astype(np.float32)
     x = session.upload(x0)
     out = session.upload(np.full(n, np.nan, np.float32))
     for a in (0.5, -1.25, 3.0):  # new numpy scalars each call: the Function is found again
-        session.launch(k, tf.LaunchConfig.flat(n), [session.tensor_mut(out), session.tensor(x),
-                                                    np.float32(a), np.int64(n)])
+        session.launch(
+            k,
+            tf.LaunchConfig.flat(n),
+            [session.tensor_mut(out), session.tensor(x), np.float32(a), np.int64(n)],
+        )
         np.testing.assert_allclose(session.download(out), np.float64(a) * x0, rtol=1e-6)
     assert len(k.specializations) == 1
     poisoned = session.upload(np.full(n, np.nan, np.float32))
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] is a read-only "
-                                                 r"TensorRef but numba kernel 'scale_into' "
-                                                 r"stores"):
-        session.launch(k, tf.LaunchConfig.flat(n), [session.tensor(poisoned), session.tensor(x),
-                                                    np.float32(1.0), np.int64(n)])
-    with pytest.raises(tf.ValidationError, match=r"^session\.launch: args must be a list or "
-                                                 r"tuple"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] is a read-only "
+        r"TensorRef but numba kernel 'scale_into' "
+        r"stores",
+    ):
+        session.launch(
+            k,
+            tf.LaunchConfig.flat(n),
+            [session.tensor(poisoned), session.tensor(x), np.float32(1.0), np.int64(n)],
+        )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args must be a list or "
+        r"tuple",
+    ):
         session.launch(k, tf.LaunchConfig.flat(n), 5)
     session.synchronize()
     assert np.isnan(session.download(poisoned)).all()  # nothing ran with the refused argument
@@ -588,8 +710,9 @@ def test_a_scalar_type_numpy_lacks_takes_no_shortcut_and_all_numpy_scalars_need_
     assert block.takes_quickly([np.float32(0.5), np.int64(7)])  # nothing else to check
     assert block.pack([np.float32(0.5), np.int64(7)], s, "op") == []
     raw = bytes(block._mv)
-    assert struct.unpack_from("<f", raw, block.offsets[0]) + \
-        struct.unpack_from("<q", raw, block.offsets[1]) == (0.5, 7)
+    assert struct.unpack_from("<f", raw, block.offsets[0]) + struct.unpack_from(
+        "<q", raw, block.offsets[1]
+    ) == (0.5, 7)
     assert not block.takes_quickly([np.float32(0.5), np.int32(7)])
     bf16 = NumbaParamBlock("k", *numba_layout((F32_C, types.float32), "k", "test"), set())
     bf16.scalar_places = (None, None)  # as for a type numpy has no class for
@@ -603,8 +726,9 @@ def test_each_array_is_compared_with_its_own_place_and_a_kernel_may_take_nothing
     s = _FakeSession()
     f32 = dtypes.by_name("f32")
     y, x, z = (tf.TensorMut(0x10000 * (i + 1), (7,), (4,), f32, 0, None, s) for i in range(3))
-    block = NumbaParamBlock("k", *numba_layout((F32_C, F32_C, F32_C, types.float32), "k",
-                                               "test"), {0, 1, 2})
+    block = NumbaParamBlock(
+        "k", *numba_layout((F32_C, F32_C, F32_C, types.float32), "k", "test"), {0, 1, 2}
+    )
     block.pack([y, x, z, np.float32(1.0)], s, "op")
     assert block.takes_quickly([y, x, z, np.float32(2.0)])
     for swapped in ([y, x, x], [y, z, z], [x, x, z], [z, x, y]):  # another span in a place

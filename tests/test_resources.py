@@ -49,8 +49,11 @@ def test_the_cache_is_bounded_least_recently_used_first():
 def test_the_cache_refuses_a_bad_limit(limit):
     from tenferro.resources import ResourceCache
 
-    with pytest.raises(tf.ValidationError, match=rf"ResourceCache: limit={limit!r} must be an "
-                                                 r"int >= 1"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"ResourceCache: limit={limit!r} must be an "
+        r"int >= 1",
+    ):
         ResourceCache(limit=limit)
     assert ResourceCache(limit=1).limit == 1
 
@@ -65,8 +68,11 @@ def test_the_cache_checks_kinds_and_keys_without_a_session():
     assert c.get("s", lambda: "x", str, "op") == "x"
     with pytest.raises(tf.ValidationError, match=r"^op: key='s' holds a str, asked as kind=int$"):
         c.get("s", lambda: 0, int, "op")
-    with pytest.raises(tf.ValidationError, match=r"^op: init for key='t' returned int, expected "
-                                                 r"str$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^op: init for key='t' returned int, expected "
+        r"str$",
+    ):
         c.get("t", lambda: 5, str, "op")
     assert "t" not in c._items and len(c) == 2  # a refused value is not kept
     with pytest.raises(tf.ValidationError, match=r"^op: kind=5 must be a type or None$"):

@@ -22,8 +22,13 @@ class Stand:
         return self
 
     def __init__(self, device=0, stream=None):
-        self.device, self.stream, self.is_open, self.thread, self.exits = device, stream, \
-            False, None, 0
+        self.device, self.stream, self.is_open, self.thread, self.exits = (
+            device,
+            stream,
+            False,
+            None,
+            0,
+        )
 
     def __enter__(self):
         self.is_open, self.thread = True, threading.get_ident()
@@ -66,7 +71,8 @@ def test_a_session_is_closed_only_by_the_thread_that_opened_it():
 
     s = Stand.open(0)
     assert refusal_in_another_thread(s.close) == (
-        "session.close: the session belongs to the thread that opened it; close it there")
+        "session.close: the session belongs to the thread that opened it; close it there"
+    )
     assert s.is_open and s.exits == 0
 
 

@@ -40,9 +40,11 @@ def test_axpy_matches_numpy(session, rng):
     fn = session.compile(AXPY).function("axpy")
     y = session.upload(y0)
     assert isinstance(y, tf.Tensor) and y.shape == (n,) and y.dtype == np.float32
-    session.launch(fn, tf.LaunchConfig.flat(n, 256),
-                   [session.tensor_mut(y), session.tensor(session.upload(x)), tf.f32(a),
-                    tf.u32(n)])
+    session.launch(
+        fn,
+        tf.LaunchConfig.flat(n, 256),
+        [session.tensor_mut(y), session.tensor(session.upload(x)), tf.f32(a), tf.u32(n)],
+    )
     out = session.download(y)
     ref = np.float32(a).astype(np.float64) * x.astype(np.float64) + y0
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
@@ -50,7 +52,8 @@ def test_axpy_matches_numpy(session, rng):
 
 @pytest.mark.gpu
 def test_a_loop_of_fresh_spans_of_the_same_tensors_is_checked_once_and_computes(
-        session, rng, monkeypatch):
+    session, rng, monkeypatch
+):
     from tenferro.args import ParamBlock
 
     n = 4099
@@ -82,8 +85,17 @@ def test_2d_kernel_writes_every_element(session, rng):
     out = session.upload(np.full((rows, cols), np.nan))  # poison: unwritten stays NaN
     fn = session.compile(AXPY).function("add2d")
     cfg = tf.LaunchConfig(((cols + 15) // 16, (rows + 15) // 16), (16, 16))
-    session.launch(fn, cfg, [session.tensor_mut(out), session.tensor(session.upload(a)),
-                             session.tensor(session.upload(b)), rows, cols])
+    session.launch(
+        fn,
+        cfg,
+        [
+            session.tensor_mut(out),
+            session.tensor(session.upload(a)),
+            session.tensor(session.upload(b)),
+            rows,
+            cols,
+        ],
+    )
     np.testing.assert_allclose(session.download(out), a * 2.0 + b, rtol=0, atol=1e-12)
 
 
@@ -128,8 +140,11 @@ def test_block_that_raises_still_synchronizes_and_propagates(rng):
             x = s.upload(x0)
             y = s.alloc_output(x0.shape, np.float64)
             s.synchronize()
-            s.launch(fn, tf.LaunchConfig.flat(x0.size), [s.tensor_mut(y), s.tensor(x), 3.0,
-                                                         x0.size, 200_000_000])  # ~0.1 s
+            s.launch(
+                fn,
+                tf.LaunchConfig.flat(x0.size),
+                [s.tensor_mut(y), s.tensor(x), 3.0, x0.size, 200_000_000],
+            )  # ~0.1 s
             t0 = time.perf_counter()
             raise ZeroDivisionError("the user's error")
     waited = time.perf_counter() - t0
@@ -155,8 +170,11 @@ def test_session_on_an_external_stream(rng):
             assert s.stream == stream
             fn = s.compile(AXPY).function("axpy")
             y = s.upload(x0)
-            s.launch(fn, tf.LaunchConfig.flat(x0.size), [s.tensor_mut(y),
-                                                         s.tensor(s.upload(x0)), 2.0, x0.size])
+            s.launch(
+                fn,
+                tf.LaunchConfig.flat(x0.size),
+                [s.tensor_mut(y), s.tensor(s.upload(x0)), 2.0, x0.size],
+            )
             assert y.__cuda_array_interface__["stream"] == stream
             out = s.download(y)
         np.testing.assert_allclose(out, 3.0 * x0.astype(np.float64), rtol=1e-6)
@@ -189,8 +207,12 @@ def test_the_sessions_stream_is_blocking_and_knows_the_streams_ordered_with_it(d
     non_blocking, blocking = int(non_blocking), _driver.stream_create()
     try:
         assert _driver.stream_is_non_blocking(non_blocking, "test")
-        for stream, want in ((non_blocking, {non_blocking}), (blocking, {blocking, 1}),
-                             (1, {1}), (2, {2, 1})):
+        for stream, want in (
+            (non_blocking, {non_blocking}),
+            (blocking, {blocking, 1}),
+            (1, {1}),
+            (2, {2, 1}),
+        ):
             with tf.Session(device=device, stream=stream) as s:
                 assert state_of(s).ordering.in_order_with == want, stream
     finally:
@@ -221,12 +243,13 @@ def test_kernel_fault_is_reported_and_stops_the_session():
     if gpu_reason():
         pytest.skip(gpu_reason())
     # A fault poisons the process's context, so it runs in a child process.
-    r = subprocess.run([sys.executable, "-c", FAULT_SCRIPT], capture_output=True, text=True,
-                       timeout=120)
-    assert re.search(r"FAULT\W+CUDA_ERROR_ILLEGAL_ADDRESS\W+\('bad',\)", r.stdout), \
+    r = subprocess.run(
+        [sys.executable, "-c", FAULT_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert re.search(r"FAULT\W+CUDA_ERROR_ILLEGAL_ADDRESS\W+\('bad',\)", r.stdout), (
         r.stdout + r.stderr
-    assert re.search(r"REFUSED\W+session\.alloc_zeros: an earlier kernel fault", r.stdout), \
-        r.stdout
+    )
+    assert re.search(r"REFUSED\W+session\.alloc_zeros: an earlier kernel fault", r.stdout), r.stdout
 
 
 class _StreamObj:
@@ -237,14 +260,29 @@ class _StreamObj:
         return self.ret
 
 
-@pytest.mark.parametrize("ret", [("x", 0), (1, 0x1000), (-1, 0x1000), (0, -5), (0, 1 << 64),
-                                 (0, "0x10"), (0, 0x10, 0), [0, 0x10], None, (True, 0x10),
-                                 (0.0, 0x10)],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "ret",
+    [
+        ("x", 0),
+        (1, 0x1000),
+        (-1, 0x1000),
+        (0, -5),
+        (0, 1 << 64),
+        (0, "0x10"),
+        (0, 0x10, 0),
+        [0, 0x10],
+        None,
+        (True, 0x10),
+        (0.0, 0x10),
+    ],
+    ids=repr,
+)
 def test_session_refuses_malformed_cuda_stream(ret):
-    with pytest.raises(tf.ValidationError,
-                       match=r"Session: stream\.__cuda_stream__\(\) returned .*; expected "
-                             r"\(0, handle\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"Session: stream\.__cuda_stream__\(\) returned .*; expected "
+        r"\(0, handle\)",
+    ):
         tf.Session(stream=_StreamObj(ret))
 
 
@@ -303,13 +341,16 @@ print("EXITED CLEANLY")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", ["download", "launch", "bound", "alloc", "upload", "copy",
-                                 "event", "elapsed", "synchronize"])
+@pytest.mark.parametrize(
+    "how",
+    ["download", "launch", "bound", "alloc", "upload", "copy", "event", "elapsed", "synchronize"],
+)
 def test_a_fault_seen_by_any_call_is_named_once_and_stops_the_session(how):
     if gpu_reason():
         pytest.skip(gpu_reason())
-    r = subprocess.run([sys.executable, "-c", FAULT_THROUGH, how], capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", FAULT_THROUGH, how], capture_output=True, text=True, timeout=120
+    )
     out = r.stdout + r.stderr
     assert re.search(r"FAULT CUDA_ERROR_ILLEGAL_ADDRESS \(.*'bad'", r.stdout), out
     assert re.search(r"REFUSED session\.tensor: an earlier kernel fault", r.stdout), out
@@ -319,10 +360,16 @@ def test_a_fault_seen_by_any_call_is_named_once_and_stops_the_session(how):
 
 def test_a_session_not_yet_entered_refuses_use():
     s = tf.Session()
-    for call in (lambda: s.upload(np.ones(3)), lambda: s.alloc_zeros(3, np.float32),
-                 lambda: s.tensor(np.ones(3)), lambda: s.synchronize(), lambda: s.capture()
-                 .__enter__(), lambda: s.timeline().__enter__(),
-                 lambda: s.range("step").__enter__(), lambda: s.stream):
+    for call in (
+        lambda: s.upload(np.ones(3)),
+        lambda: s.alloc_zeros(3, np.float32),
+        lambda: s.tensor(np.ones(3)),
+        lambda: s.synchronize(),
+        lambda: s.capture().__enter__(),
+        lambda: s.timeline().__enter__(),
+        lambda: s.range("step").__enter__(),
+        lambda: s.stream,
+    ):
         with pytest.raises(tf.RuntimeStateError, match=r"session\.\w+: the session is closed"):
             call()
     assert state_of(s).active_timeline is None and repr(s).endswith(", not entered)")
@@ -340,6 +387,12 @@ def test_every_method_says_what_it_does_and_takes_the_parts_arguments():
     assert list(inspect.signature(s.upload).parameters) == ["array"]
     assert list(inspect.signature(s.tensor).parameters) == ["x", "dtype", "allow_strided"]
     assert list(inspect.signature(s.compile).parameters) == [
-        "source", "options", "name_expressions", "arch"]
-    assert "NVRTC" not in (tf.Session.upload.__doc__ or "") and \
-        "host array" in tf.Session.upload.__doc__
+        "source",
+        "options",
+        "name_expressions",
+        "arch",
+    ]
+    assert (
+        "NVRTC" not in (tf.Session.upload.__doc__ or "")
+        and "host array" in tf.Session.upload.__doc__
+    )

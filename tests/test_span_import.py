@@ -30,8 +30,7 @@ def test_torch_tensors_zero_copy_on_a_torch_stream(session, rng):
         tt = t.t()
         with pytest.raises(tf.ValidationError, match=r"session\.tensor: x has non-compact"):
             session.tensor(tt)
-        np.testing.assert_array_equal(session.download(session.tensor(tt, allow_strided=True)),
-                                      a.T)
+        np.testing.assert_array_equal(session.download(session.tensor(tt, allow_strided=True)), a.T)
         half = torch.ones(8, dtype=torch.bfloat16, device="cuda")
         assert session.tensor(half).scalar_type.name == "bf16"
 
@@ -40,8 +39,11 @@ def test_torch_tensors_zero_copy_on_a_torch_stream(session, rng):
 def test_torch_tensor_that_requires_grad_is_refused_by_name(session):
     torch = pytest.importorskip("torch")
     w = torch.ones(8, device="cuda", requires_grad=True)
-    with pytest.raises(tf.ValidationError, match=r"session\.tensor: x\.__dlpack__\(\) of Tensor "
-                                                 r"refused to export: \w+Error: "):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.tensor: x\.__dlpack__\(\) of Tensor "
+        r"refused to export: \w+Error: ",
+    ):
         session.tensor(w)
     assert session.tensor(w.detach()).ptr == w.data_ptr()
 
@@ -75,8 +77,12 @@ def test_a_directly_read_array_gets_its_span_again_while_the_fields_are_the_same
 
     s, x = ImportingSession(), _Fields(0x1000)
     mut = imports.tensor_mut(s, x)
-    assert imports.tensor_mut(s, x) is mut and (mut.ptr, mut.shape, mut.nbytes, mut.device) == \
-        (0x1000, (4, 3), 48, 0)
+    assert imports.tensor_mut(s, x) is mut and (mut.ptr, mut.shape, mut.nbytes, mut.device) == (
+        0x1000,
+        (4, 3),
+        48,
+        0,
+    )
     ref = imports.tensor(s, x)
     assert type(ref) is tf.TensorRef and imports.tensor(s, x) is ref and ref is not mut
     x.ptr = 0x2000  # moved (torch's set_): a new span over the new place
@@ -115,8 +121,10 @@ def test_the_table_of_kept_spans_stays_bounded(direct_fields):
     table.clear()
     held = [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX)]
     assert len(table) == producers.KEPT_MAX  # the last size kept whole
-    held += [imports.tensor(s, _Fields(0x1000 + 16 * i)) for i in range(producers.KEPT_MAX,
-                                                                       producers.KEPT_MAX + 5)]
+    held += [
+        imports.tensor(s, _Fields(0x1000 + 16 * i))
+        for i in range(producers.KEPT_MAX, producers.KEPT_MAX + 5)
+    ]
     assert len(table) == 5  # the first past it dropped the table and began again
     assert imports.tensor(s, held[-1].owner) is held[-1]  # the newest entries stay
     assert [h.ptr for h in held[:2]] == [0x1000, 0x1010]
@@ -124,20 +132,27 @@ def test_the_table_of_kept_spans_stays_bounded(direct_fields):
 
 @pytest.mark.parametrize("op", ["tensor", "tensor_mut"])
 def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the_kernel(
-        direct_fields, op):
+    direct_fields, op
+):
     from tenferro import span_import as imports
 
     s, x = ImportingSession(), _Fields(0x1000)
     make = getattr(imports, op)
-    with pytest.raises(tf.ValidationError, match=rf"^session\.{op}: dtype=f64 was asked but x "
-                                                 r"is f32$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.{op}: dtype=f64 was asked but x "
+        r"is f32$",
+    ):
         make(s, x, np.float64)
     assert make(s, x, np.float32).scalar_type is dtypes.by_name("f32")
     x.strides, x.shape = (4, 8), (4, 1)  # compact: an extent of one
     assert make(s, x).strides == (4, 8)
     x.strides, x.shape = (16, 8), (4, 2)  # every other element
-    with pytest.raises(tf.ValidationError, match=rf"^session\.{op}: x has non-compact "
-                                                 r"strides=\(16, 8\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.{op}: x has non-compact "
+        r"strides=\(16, 8\)",
+    ):
         make(s, x)
     assert make(s, x, allow_strided=True).strides == (16, 8)
     assert s.deferred == []
@@ -147,18 +162,25 @@ def test_a_directly_read_array_is_refused_naming_the_call_and_ordered_before_the
 
 
 def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_path(
-        direct_fields, monkeypatch):
+    direct_fields, monkeypatch
+):
     from tenferro import span_import as imports
     from tenferro.spans import ADDRESS_END
 
     s = ImportingSession()
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's data pointer 0x1002 is "
-                                                 r"not aligned to its 4-byte f32 elements"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x's data pointer 0x1002 is "
+        r"not aligned to its 4-byte f32 elements",
+    ):
         imports.tensor(s, _Fields(0x1002))
     last = _Fields(ADDRESS_END - 48)  # its 48 bytes end where the address space does
     assert imports.tensor(s, last).hi == ADDRESS_END
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's 48 bytes from 0x.* "
-                                                 r"reach outside the address space"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x's 48 bytes from 0x.* "
+        r"reach outside the address space",
+    ):
         imports.tensor(s, _Fields(ADDRESS_END - 44))
     empty = _Fields(0x1000, (0, 3))
     assert imports.tensor(s, empty) is imports.tensor(s, empty)  # kept too, though it has no bytes
@@ -171,7 +193,8 @@ def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_pat
 
 
 def test_a_memory_operation_orders_after_a_producer_now_not_at_the_next_kernel(
-        direct_fields, monkeypatch):
+    direct_fields, monkeypatch
+):
     from tenferro import span_import as imports
 
     ordered = []
@@ -182,18 +205,29 @@ def test_a_memory_operation_orders_after_a_producer_now_not_at_the_next_kernel(
     assert ordered == [(9, "session.copy: src")] and s.deferred == []
 
 
-@pytest.mark.parametrize("path", ["one call", "direct", "direct, memory op", "CAI",
-                                  "CAI, memory op", "another session's Tensor"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "one call",
+        "direct",
+        "direct, memory op",
+        "CAI",
+        "CAI, memory op",
+        "another session's Tensor",
+    ],
+)
 def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
-        fake_torch, direct_fields, cai, monkeypatch, path):
+    fake_torch, direct_fields, cai, monkeypatch, path
+):
     # A blocking session stream and the legacy default stream (torch's default) wait for each
     # other in the driver: an import from the legacy stream needs no event, also in a capture.
     # Any other stream still gets one, and the legacy stream gets one on a non-blocking stream.
     from tenferro import span_import as imports
 
     ordered = []  # (session, stream, operation) of each ordering made at once
-    monkeypatch.setattr(imports, "_order_after",
-                        lambda sess, stream, op: ordered.append((sess, stream, op)))
+    monkeypatch.setattr(
+        imports, "_order_after", lambda sess, stream, op: ordered.append((sess, stream, op))
+    )
     monkeypatch.setattr(imports, "check_memory", lambda f, device, op: None)
     made = []
 
@@ -229,11 +263,16 @@ def test_no_event_for_a_stream_the_driver_orders_with_the_sessions(
     assert orders(s, 9) == [9]
     s.capturing, s.fast_path_ok = True, False  # no event to make: nothing a capture refuses
     assert orders(s, 1) == []
-    why = ("a Tensor of another open session needs an event" if path.startswith("another")
-           else "ordering after the producer's stream needs an event; make the span before "
-                "the capture")
-    with pytest.raises(tf.RuntimeStateError, match=r"^session\.\w+(: src)?: not allowed during "
-                                                   rf"s\.capture\(\): {re.escape(why)}$"):
+    why = (
+        "a Tensor of another open session needs an event"
+        if path.startswith("another")
+        else "ordering after the producer's stream needs an event; make the span before the capture"
+    )
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^session\.\w+(: src)?: not allowed during "
+        rf"s\.capture\(\): {re.escape(why)}$",
+    ):
         span_from(s, 9)
     s = ImportingSession()  # a non-blocking session stream
     assert orders(s, 1) == [1]
@@ -255,8 +294,9 @@ def foreign_reads(monkeypatch):
         return real(x, stream, device, capturing, op, **kw)
 
     monkeypatch.setattr(imports, "read_foreign", read)
-    monkeypatch.setattr(imports, "check_memory",
-                        lambda f, device, op: calls.append(("check", f.ptr, device, op)))
+    monkeypatch.setattr(
+        imports, "check_memory", lambda f, device, op: calls.append(("check", f.ptr, device, op))
+    )
     return calls
 
 
@@ -268,34 +308,53 @@ def test_a_foreign_span_is_what_the_producer_describes_for_this_session(cai, for
     x = cai(0x1000, (4, 3), "<f4", stream=7)
     op = "session.copy: src"
     span = imports.import_span(s, x, tf.TensorMut, np.float32, False, op)
-    assert foreign_reads == [("read", 7, 3, False, op, {"dlpack_only": False}),
-                             ("check", 0x1000, 3, op)]
-    assert (type(span), span.ptr, span.shape, span.strides, span.device, span.owner,
-            span.state, span.producer_readonly) == \
-        (tf.TensorMut, 0x1000, (4, 3), (12, 4), 3, x, s, False)
+    assert foreign_reads == [
+        ("read", 7, 3, False, op, {"dlpack_only": False}),
+        ("check", 0x1000, 3, op),
+    ]
+    assert (
+        type(span),
+        span.ptr,
+        span.shape,
+        span.strides,
+        span.device,
+        span.owner,
+        span.state,
+        span.producer_readonly,
+    ) == (tf.TensorMut, 0x1000, (4, 3), (12, 4), 3, x, s, False)
     ro = cai(0x2000, (4,), "<f4", readonly=True, stream=7)
-    with pytest.raises(tf.ValidationError, match=r"^session\.copy: src: x is read-only \(its "
-                                                 r"producer says so\); use s\.tensor\(x\)"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.copy: src: x is read-only \(its "
+        r"producer says so\); use s\.tensor\(x\)",
+    ):
         imports.import_span(s, ro, tf.TensorMut, None, False, op)
     ref = imports.import_span(s, ro, tf.TensorRef, None, False, op)
     assert ref.producer_readonly and ref.owner is ro and ref.state is s
-    with pytest.raises(tf.ValidationError, match=r"^session\.copy: src: 'no such dtype' is "
-                                                 r"not a dtype"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.copy: src: 'no such dtype' is "
+        r"not a dtype",
+    ):
         imports.import_span(s, x, tf.TensorRef, "no such dtype", False, op)
 
 
-@pytest.mark.parametrize(("shape", "strides", "cls", "refused"), [
-    ((2, 3), (24, 4), tf.TensorMut, None),  # every other row: taken with allow_strided
-    ((2, 3), (26, 4), tf.TensorRef, "not multiples of its 4-byte"),  # an extent of two
-    ((1, 2, 3), (6, 24, 4), tf.TensorRef, None),  # an extent of one: its stride is never used
-    ((2, 3), (0, 4), tf.TensorRef, None),  # a broadcast view may be read
-    ((2, 3), (0, 4), tf.TensorMut, "a zero stride"),
-    ((1, 2, 3), (0, 24, 4), tf.TensorMut, None),  # a zero stride on an extent of one: no race
-    ((2, 3), (-24, 4), tf.TensorRef, None),  # one row back from address 24: lo is 0
-    ((3, 3), (-24, 4), tf.TensorRef, "reach outside the address space"),  # two rows from 40
-])
-def test_a_strided_foreign_span_is_checked_on_both_sides(cai, foreign_reads, shape, strides,
-                                                         cls, refused):
+@pytest.mark.parametrize(
+    ("shape", "strides", "cls", "refused"),
+    [
+        ((2, 3), (24, 4), tf.TensorMut, None),  # every other row: taken with allow_strided
+        ((2, 3), (26, 4), tf.TensorRef, "not multiples of its 4-byte"),  # an extent of two
+        ((1, 2, 3), (6, 24, 4), tf.TensorRef, None),  # an extent of one: its stride is never used
+        ((2, 3), (0, 4), tf.TensorRef, None),  # a broadcast view may be read
+        ((2, 3), (0, 4), tf.TensorMut, "a zero stride"),
+        ((1, 2, 3), (0, 24, 4), tf.TensorMut, None),  # a zero stride on an extent of one: no race
+        ((2, 3), (-24, 4), tf.TensorRef, None),  # one row back from address 24: lo is 0
+        ((3, 3), (-24, 4), tf.TensorRef, "reach outside the address space"),  # two rows from 40
+    ],
+)
+def test_a_strided_foreign_span_is_checked_on_both_sides(
+    cai, foreign_reads, shape, strides, cls, refused
+):
     from tenferro import span_import as imports
 
     s = ImportingSession()
@@ -316,20 +375,40 @@ def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_re
 
     s = ImportingSession()
     op = "session.tensor"
-    last = imports.import_span(s, cai(ADDRESS_END - 16, (4,), "<f4", stream=7), tf.TensorRef,
-                               None, False, op)
+    last = imports.import_span(
+        s, cai(ADDRESS_END - 16, (4,), "<f4", stream=7), tf.TensorRef, None, False, op
+    )
     assert last.hi == ADDRESS_END
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's 16 bytes from "
-                                                 r"0x[0-9a-f]+ reach outside the address space"):
-        imports.import_span(s, cai(ADDRESS_END - 12, (4,), "<f4", stream=7), tf.TensorRef,
-                            None, False, op)
-    strided = imports.import_span(s, cai(ADDRESS_END - 28, (2, 2), "<f4", strides=(20, 4),
-                                         stream=7), tf.TensorRef, None, True, op)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x's 16 bytes from "
+        r"0x[0-9a-f]+ reach outside the address space",
+    ):
+        imports.import_span(
+            s, cai(ADDRESS_END - 12, (4,), "<f4", stream=7), tf.TensorRef, None, False, op
+        )
+    strided = imports.import_span(
+        s,
+        cai(ADDRESS_END - 28, (2, 2), "<f4", strides=(20, 4), stream=7),
+        tf.TensorRef,
+        None,
+        True,
+        op,
+    )
     assert strided.hi == ADDRESS_END  # its last element ends at the last byte
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x's strides=\(20, 4\) .*"
-                                                 r"reach outside the address space"):
-        imports.import_span(s, cai(ADDRESS_END - 24, (2, 2), "<f4", strides=(20, 4), stream=7),
-                            tf.TensorRef, None, True, op)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x's strides=\(20, 4\) .*"
+        r"reach outside the address space",
+    ):
+        imports.import_span(
+            s,
+            cai(ADDRESS_END - 24, (2, 2), "<f4", strides=(20, 4), stream=7),
+            tf.TensorRef,
+            None,
+            True,
+            op,
+        )
 
 
 def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
@@ -339,14 +418,21 @@ def test_the_sessions_own_tensor_is_its_kept_span_unless_a_dtype_is_asked():
     other.device = 1
     f32 = dtypes.by_name("f32")
     t = tf.Tensor.allocate(s, (4, 3), f32, "test")
-    assert imports.tensor(s, t) is t.span(tf.TensorRef) and imports.tensor_mut(s, t) is \
-        t.span(tf.TensorMut)
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: dtype=f64 was asked but x "
-                                                 r"is f32$"):
+    assert imports.tensor(s, t) is t.span(tf.TensorRef) and imports.tensor_mut(s, t) is t.span(
+        tf.TensorMut
+    )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: dtype=f64 was asked but x "
+        r"is f32$",
+    ):
         imports.tensor(s, t, np.float64)
     assert imports.tensor(s, t, np.float32).ptr == 0x8000
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: x lives on device 0, this "
-                                                 r"session is on device 1"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: x lives on device 0, this "
+        r"session is on device 1",
+    ):
         imports.tensor(other, t)  # a Tensor of another session, on another device
     t.ptr = 0  # the stand-in has no driver to free it with
 
@@ -393,10 +479,12 @@ def fake_torch(monkeypatch):
     torch.stream = 7
     # the stream of the device asked (another device's is another stream)
     torch._C = types.SimpleNamespace(
-        _cuda_getCurrentRawStream=lambda device: torch.stream if device == 0 else 99)
+        _cuda_getCurrentRawStream=lambda device: torch.stream if device == 0 else 99
+    )
     monkeypatch.setitem(sys.modules, "torch", torch)
-    saved = [(table, dict(table)) for table in (producers.readers, producers.fast_spans,
-                                                 spans.layouts)]  # layouts made anew
+    saved = [
+        (table, dict(table)) for table in (producers.readers, producers.fast_spans, spans.layouts)
+    ]  # layouts made anew
     for table, _ in saved:
         table.clear()
     imports.forget_fast_paths()
@@ -416,8 +504,14 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
     make = getattr(imports, op)
     span = make(s, x)
     cls = tf.TensorRef if op == "tensor" else tf.TensorMut
-    assert type(span) is cls and (span.ptr, span.shape, span.strides, span.nbytes, span.owner,
-                                  span.device) == (0x1000, (4, 3), (12, 4), 48, x, 0)
+    assert type(span) is cls and (
+        span.ptr,
+        span.shape,
+        span.strides,
+        span.nbytes,
+        span.owner,
+        span.device,
+    ) == (0x1000, (4, 3), (12, 4), 48, x, 0)
     assert make(s, x) is span and s.deferred == []  # torch's stream is the session's
     assert producers.fast_spans[_TorchTensor] is not None  # decided once for the class
     fake_torch.stream = 0  # torch's default stream: the legacy handle, ordered before the kernel
@@ -426,22 +520,29 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
     for change, value in (("ptr", 0x2000), ("shape", (4, 2)), ("dtype", "int32")):
         setattr(x, change, value)  # torch's set_, resize_, .data = another type
         again = make(s, x)
-        assert again is not span and (again.ptr, again.shape, again.scalar_type.name) == \
-            (x.ptr, x.shape, "i32" if x.dtype == "int32" else "f32")
+        assert again is not span and (again.ptr, again.shape, again.scalar_type.name) == (
+            x.ptr,
+            x.shape,
+            "i32" if x.dtype == "int32" else "f32",
+        )
         span = again
     other = ImportingSession()
     assert make(other, x).state is other and make(s, x).state is s
 
 
-@pytest.mark.parametrize(("change", "value", "msg"), [
-    ("device", 1, r"x lives on device 1, this session is on device 0"),
-    ("neg", True, r"x is a negated view"),
-    ("ptr", 0x1002, r"x.s data pointer 0x1002 is not aligned to its 4-byte f32"),
-    ("ptr", (1 << 64) - 44, r"x.s 48 bytes from 0x[0-9a-f]+ reach outside the address space"),
-    ("strides", (1, 4), r"x has non-compact strides=\(4, 16\)"),
-])
+@pytest.mark.parametrize(
+    ("change", "value", "msg"),
+    [
+        ("device", 1, r"x lives on device 1, this session is on device 0"),
+        ("neg", True, r"x is a negated view"),
+        ("ptr", 0x1002, r"x.s data pointer 0x1002 is not aligned to its 4-byte f32"),
+        ("ptr", (1 << 64) - 44, r"x.s 48 bytes from 0x[0-9a-f]+ reach outside the address space"),
+        ("strides", (1, 4), r"x has non-compact strides=\(4, 16\)"),
+    ],
+)
 def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
-        fake_torch, monkeypatch, change, value, msg):
+    fake_torch, monkeypatch, change, value, msg
+):
     from tenferro import span_import as imports
     from tenferro.interop import producers
 
@@ -449,8 +550,9 @@ def test_a_torch_tensor_the_one_call_cannot_take_is_refused_by_the_general_path(
     setattr(x, change, value)
     handed = []
     general = imports.import_span
-    monkeypatch.setattr(imports, "import_span",
-                        lambda s, x, *a, **k: handed.append(x) or general(s, x, *a, **k))
+    monkeypatch.setattr(
+        imports, "import_span", lambda s, x, *a, **k: handed.append(x) or general(s, x, *a, **k)
+    )
     with pytest.raises(tf.ValidationError, match=r"^session\.tensor: " + msg):
         imports.tensor(s, x)
     assert handed == [x] and s.deferred == [] and s.held == []
@@ -480,9 +582,15 @@ def test_the_one_call_keeps_the_boundaries_of_the_general_path(fake_torch, monke
     assert make(s, _TorchTensor((1 << 64) - 44)) == "general"
     assert make(s, _TorchTensor(0x1004)).ptr == 0x1004  # aligned to 4
     assert make(s, _TorchTensor(0x1002)) == "general"
-    for field, value in (("requires_grad", True), ("is_cuda", False), ("dtype", "complex64"),
-                         ("fail", "sparse tensors have no data_ptr"), ("neg", True),
-                         ("strides", (1, 4)), ("device", 1)):
+    for field, value in (
+        ("requires_grad", True),
+        ("is_cuda", False),
+        ("dtype", "complex64"),
+        ("fail", "sparse tensors have no data_ptr"),
+        ("neg", True),
+        ("strides", (1, 4)),
+        ("device", 1),
+    ):
         x = _TorchTensor(0x1000)
         setattr(x, field, value)
         assert make(s, x) == "general", field  # the general path says why
@@ -493,8 +601,11 @@ def test_a_torch_tensor_off_the_fast_path_goes_through_the_checks(fake_torch):
     from tenferro import span_import as imports
 
     s, x = ImportingSession(), _TorchTensor(0x1000)
-    with pytest.raises(tf.ValidationError, match=r"^session\.tensor_mut: dtype=f64 was asked "
-                                                 r"but x is f32$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor_mut: dtype=f64 was asked "
+        r"but x is f32$",
+    ):
         imports.tensor_mut(s, x, np.float64)
     s.fast_path_ok = False  # closed, faulted or capturing: the session says which
     with pytest.raises(tf.RuntimeStateError, match=r"^session\.tensor: the session is closed"):
@@ -507,6 +618,7 @@ def test_a_torch_tensor_off_the_fast_path_goes_through_the_checks(fake_torch):
 
 # --- the producers' readers (tenferro.interop.producers) on the stand-in torch above: kept here
 # because test_interop_producers.py needs the real torch and skips as a whole without it ---
+
 
 def test_the_torch_reader_reads_fields_and_hands_on_what_it_does_not_take(fake_torch):
     from tenferro.interop import producers
@@ -531,27 +643,34 @@ def test_the_torch_reader_reads_fields_and_hands_on_what_it_does_not_take(fake_t
     y.neg = True
     with pytest.raises(tf.ValidationError, match=r"^op: x is a negated view"):
         read(y, 0, "op")
-    with pytest.raises(tf.ValidationError, match=r"^op: x lives on device 0, this session is on "
-                                                 r"device 1$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^op: x lives on device 0, this session is on "
+        r"device 1$",
+    ):
         read(_TorchTensor(0x1000), 1, "op")
 
 
-def test_only_torch_tensors_are_read_directly_and_each_class_is_decided_once(fake_torch,
-                                                                           monkeypatch):
+def test_only_torch_tensors_are_read_directly_and_each_class_is_decided_once(
+    fake_torch, monkeypatch
+):
     from tenferro.interop import producers
 
     class Other:
         pass
 
-    for decide, table in ((producers.direct_reader, producers.readers),
-                          (producers.fast_span, producers.fast_spans)):
+    for decide, table in (
+        (producers.direct_reader, producers.readers),
+        (producers.fast_span, producers.fast_spans),
+    ):
         assert decide(Other) is None and table[Other] is None
         assert decide(np.ndarray) is None
         assert decide(_TorchTensor) is not None and decide(_TorchTensor) is table[_TorchTensor]
     import types
 
-    cupy = types.SimpleNamespace(ndarray=type("ndarray", (), {}), cuda=types.SimpleNamespace(
-        get_current_stream=lambda: None))
+    cupy = types.SimpleNamespace(
+        ndarray=type("ndarray", (), {}), cuda=types.SimpleNamespace(get_current_stream=lambda: None)
+    )
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     assert producers.direct_reader(cupy.ndarray) is not None  # CuPy: a reader, no fast span
     assert producers.fast_span(cupy.ndarray) is None
@@ -571,7 +690,8 @@ def test_torchs_public_stream_query_serves_where_the_raw_one_is_missing(fake_tor
 
     fake_torch._C = types.SimpleNamespace()
     fake_torch.cuda = types.SimpleNamespace(
-        current_stream=lambda device: types.SimpleNamespace(cuda_stream=40 + device))
+        current_stream=lambda device: types.SimpleNamespace(cuda_stream=40 + device)
+    )
     assert producers.torch_current_stream(fake_torch)(2) == 42
 
 

@@ -51,9 +51,11 @@ def test_enqueue_flushes_times_launches_names_counts_and_holds_in_that_order():
         return 0
 
     st.enqueue("session.launch", "axpy", "cfg", launch, 0xABC, ["spans"])
-    assert events == [("before", "session.launch"),
-                      ("launch", 0xABC, ["session.launch"], 0),  # flushed first, held after
-                      ("after", "axpy", "cfg", "session.launch")]
+    assert events == [
+        ("before", "session.launch"),
+        ("launch", 0xABC, ["session.launch"], 0),  # flushed first, held after
+        ("after", "axpy", "cfg", "session.launch"),
+    ]
     assert list(st.recent_launches) == ["axpy"] and st.launch_count == 1
     assert st.liveness.held == [["spans"]]
 
@@ -66,9 +68,13 @@ def test_a_captured_launch_is_held_for_the_graph_and_not_counted():
     assert st.liveness.end_capture(saved) == ["owner"]
 
 
-@pytest.mark.parametrize("code, cls, name", [(1, tf.BackendError, "CUDA_ERROR_INVALID_VALUE"),
-                                             (700, tf.KernelFault,
-                                              "CUDA_ERROR_ILLEGAL_ADDRESS")])
+@pytest.mark.parametrize(
+    "code, cls, name",
+    [
+        (1, tf.BackendError, "CUDA_ERROR_INVALID_VALUE"),
+        (700, tf.KernelFault, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    ],
+)
 def test_a_refused_launch_raises_the_drivers_result_and_records_nothing(code, cls, name):
     events = []
     st = _open_state()
@@ -83,8 +89,12 @@ def test_a_refused_launch_raises_the_drivers_result_and_records_nothing(code, cl
 def test_the_fast_variant_flushes_launches_names_and_counts_and_holds_nothing():
     st = _open_state(pending=[0x51])
     seen = []
-    st.enqueue_fast("session.launch", "k", lambda address: seen.append(
-        (address, list(st.ordering.flushed))) or 0, 0x77)
+    st.enqueue_fast(
+        "session.launch",
+        "k",
+        lambda address: seen.append((address, list(st.ordering.flushed))) or 0,
+        0x77,
+    )
     assert seen == [(0x77, ["session.launch"])]
     assert list(st.recent_launches) == ["k"] and st.launch_count == 1 and st.liveness.held == []
     with pytest.raises(tf.BackendError, match=r"^session\.launch: .*CUDA_ERROR_INVALID_VALUE"):
@@ -102,17 +112,22 @@ def test_the_last_eight_launches_are_named():
 def test_the_first_fault_stops_the_session_naming_the_last_launches_once():
     st = _open_state()
     st.enqueue_fast("session.launch", "axpy", lambda address: 0, 0)
-    seen = tf.KernelFault("session.synchronize: CUDA_ERROR_ILLEGAL_ADDRESS",
-                          "CUDA_ERROR_ILLEGAL_ADDRESS", 700)
+    seen = tf.KernelFault(
+        "session.synchronize: CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_ILLEGAL_ADDRESS", 700
+    )
     raised = st.record_fault(seen)
-    assert str(raised) == ("session.synchronize: CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
-                           "['axpy']")
+    assert str(raised) == (
+        "session.synchronize: CUDA_ERROR_ILLEGAL_ADDRESS; last launches: ['axpy']"
+    )
     assert raised.launches == ("axpy",) and raised.result_code == 700
     assert st.faulted and st.fast_path_ok is False
     again = tf.KernelFault("session.launch: CUDA_ERROR_ILLEGAL_ADDRESS")
     assert st.record_fault(again) is again  # reported once; later refusals pass as they are
-    with pytest.raises(tf.KernelFault, match=r"^session\.upload: an earlier kernel fault made "
-                                             r"this session unusable") as refused:
+    with pytest.raises(
+        tf.KernelFault,
+        match=r"^session\.upload: an earlier kernel fault made "
+        r"this session unusable",
+    ) as refused:
         st.check_use("session.upload")
     assert refused.value.launches == ("axpy",)
     st.check_use("session.synchronize", faulted_ok=True)  # a synchronize may report it again
@@ -126,7 +141,8 @@ def test_use_is_refused_when_closed_and_from_another_thread():
     st.check_use("session.copy")  # open, on its thread: let by
     assert refusal_in_another_thread(lambda: st.check_use("session.copy")) == (
         "session.copy: the session belongs to the thread that opened it; open a Session on "
-        "this thread instead")
+        "this thread instead"
+    )
 
 
 def test_the_fast_path_is_open_only_outside_captures_timelines_and_faults():
@@ -146,7 +162,10 @@ def test_the_fast_path_is_open_only_outside_captures_timelines_and_faults():
     st.is_open = False
     st.refresh_fast_path()
     assert st.fast_path_ok is False
-    with pytest.raises(tf.RuntimeStateError, match=r"^session\.capture: not allowed during "
-                                                   r"s\.capture\(\): why"):
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^session\.capture: not allowed during "
+        r"s\.capture\(\): why",
+    ):
         st.liveness.capturing = True
         st.refuse_in_capture("session.capture", "why")

@@ -107,8 +107,17 @@ def test_a_tensors_span_is_the_same_object_while_something_holds_it():
     assert t.span(TensorMut) is mut and type(mut) is TensorMut
     ref = t.span(TensorRef)
     assert type(ref) is TensorRef and t.span(TensorRef) is ref and ref is not mut
-    assert (mut.ptr, mut.shape, mut.strides, mut.nbytes, mut.lo, mut.hi, mut.owner,
-            mut.state, mut.device) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s, 2)
+    assert (
+        mut.ptr,
+        mut.shape,
+        mut.strides,
+        mut.nbytes,
+        mut.lo,
+        mut.hi,
+        mut.owner,
+        mut.state,
+        mut.device,
+    ) == (0x1000, (4, 3), (12, 4), 48, 0x1000, 0x1000 + 48, t, s, 2)
     assert mut.scalar_type is dtypes.by_name("f32") and ref.scalar_type is mut.scalar_type
     gone = weakref.ref(mut)
     del mut
@@ -138,8 +147,9 @@ def test_preview_shows_the_edges_of_each_dimension_from_a_download():
 @pytest.mark.parametrize("bad", [0, -3, True, 1.5])
 def test_preview_refuses_edgeitems_below_one_without_a_download(bad):
     t = _tensor(np.ones(4, np.float32))
-    with pytest.raises(tf.ValidationError,
-                       match=rf"^tensor\.preview: edgeitems={bad!r} must be an int >= 1$"):
+    with pytest.raises(
+        tf.ValidationError, match=rf"^tensor\.preview: edgeitems={bad!r} must be an int >= 1$"
+    ):
         t.preview(edgeitems=bad)
     assert t.state.asked == []
     assert t.preview(edgeitems=1) == "[1. ... 1.]"  # the smallest accepted
@@ -148,8 +158,9 @@ def test_preview_refuses_edgeitems_below_one_without_a_download(bad):
 def test_a_tensor_says_what_it_is_and_how_to_see_its_values_without_reading_them():
     t = _tensor(np.ones((4, 3), np.float32))
     assert repr(t) == "Tensor(shape=(4, 3), dtype=f32, device=0, ptr=0x0)"
-    assert t._repr_html_().startswith("<b>tenferro Tensor</b> shape (4, 3), f32, device 0, "
-                                      "48 bytes")
+    assert t._repr_html_().startswith(
+        "<b>tenferro Tensor</b> shape (4, 3), f32, device 0, 48 bytes"
+    )
     assert t.state.asked == []
 
 

@@ -14,8 +14,10 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def test_importing_tenferro_never_imports_torch():
-    code = ("import sys, tenferro, tenferro.kernels; "
-            "assert 'torch' not in sys.modules, 'tenferro imported torch'")
+    code = (
+        "import sys, tenferro, tenferro.kernels; "
+        "assert 'torch' not in sys.modules, 'tenferro imported torch'"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -26,7 +28,7 @@ def test_without_torch_the_module_says_what_to_install():
         import tenferro.torch  # noqa: F401
 
 
-SRC = r'''
+SRC = r"""
 extern "C" __global__ void axpy_sin(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + sinf(y[i]);
@@ -40,7 +42,7 @@ extern "C" __global__ void mul_sin_grad(double* gx, double* gw, const double* g,
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { gx[i] = g[i] * sin(w[i]); gw[i] = g[i] * x[i] * cos(w[i]); }
 }
-'''
+"""
 
 _OPS = {}
 _BACKWARD_THREADS = []
@@ -60,15 +62,21 @@ def _ops():
     @tft.op("tenferro_test::axpy_sin", mutates_args=("y",))
     def axpy_sin(s: tf.Session, y: torch.Tensor, x: torch.Tensor, a: float) -> None:
         n = y.numel()
-        s.launch(kernel(s, "axpy_sin"), tf.LaunchConfig.flat(n),
-                 [s.tensor_mut(y), s.tensor(x), tf.f32(a), tf.u32(n)])
+        s.launch(
+            kernel(s, "axpy_sin"),
+            tf.LaunchConfig.flat(n),
+            [s.tensor_mut(y), s.tensor(x), tf.f32(a), tf.u32(n)],
+        )
 
     @tft.op("tenferro_test::mul_sin", mutates_args=())
     def mul_sin(s: tf.Session, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         z = torch.empty_like(x)
         n = x.numel()
-        s.launch(kernel(s, "mul_sin"), tf.LaunchConfig.flat(n),
-                 [s.tensor_mut(z), s.tensor(x), s.tensor(w), tf.u32(n)])
+        s.launch(
+            kernel(s, "mul_sin"),
+            tf.LaunchConfig.flat(n),
+            [s.tensor_mut(z), s.tensor(x), s.tensor(w), tf.u32(n)],
+        )
         return z
 
     @mul_sin.register_fake
@@ -76,14 +84,17 @@ def _ops():
         return torch.empty_like(x)
 
     @tft.op("tenferro_test::mul_sin_grad", mutates_args=())
-    def mul_sin_grad(s: tf.Session, g: torch.Tensor, x: torch.Tensor,
-                     w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def mul_sin_grad(
+        s: tf.Session, g: torch.Tensor, x: torch.Tensor, w: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         _BACKWARD_THREADS.append(threading.get_ident())
         gx, gw = torch.empty_like(x), torch.empty_like(w)
         n = x.numel()
-        s.launch(kernel(s, "mul_sin_grad"), tf.LaunchConfig.flat(n),
-                 [s.tensor_mut(gx), s.tensor_mut(gw), s.tensor(g), s.tensor(x), s.tensor(w),
-                  tf.u32(n)])
+        s.launch(
+            kernel(s, "mul_sin_grad"),
+            tf.LaunchConfig.flat(n),
+            [s.tensor_mut(gx), s.tensor_mut(gw), s.tensor(g), s.tensor(x), s.tensor(w), tf.u32(n)],
+        )
         return gx, gw
 
     @mul_sin_grad.register_fake
@@ -169,8 +180,9 @@ def test_a_fused_op_captured_in_a_torch_cuda_graph_replays_right(torch_cuda):
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    np.testing.assert_allclose(y.cpu().numpy(), _axpy_sin_ref(y0, x0, 0.5, times=3),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        y.cpu().numpy(), _axpy_sin_ref(y0, x0, 0.5, times=3), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.gpu
@@ -186,13 +198,14 @@ def test_an_op_with_a_backward_passes_gradcheck_on_torchs_autograd_thread(torch_
     z.sum().backward()
     torch.testing.assert_close(x.grad, torch.sin(w).detach(), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(w.grad, (x * torch.cos(w)).detach(), rtol=1e-12, atol=1e-12)
-    assert _BACKWARD_THREADS and _BACKWARD_THREADS[0] != threading.get_ident(), \
+    assert _BACKWARD_THREADS and _BACKWARD_THREADS[0] != threading.get_ident(), (
         "torch runs a CUDA backward on its own thread; the op made its session there"
-    assert torch.autograd.gradcheck(mul_sin, (x.detach().requires_grad_(),
-                                              w.detach().requires_grad_()))
+    )
+    assert torch.autograd.gradcheck(
+        mul_sin, (x.detach().requires_grad_(), w.detach().requires_grad_())
+    )
     compiled = torch.compile(lambda x, w: mul_sin(x, w).sin(), fullgraph=True)
-    torch.testing.assert_close(compiled(x, w), torch.sin(x * torch.sin(w)), rtol=1e-12,
-                               atol=1e-12)
+    torch.testing.assert_close(compiled(x, w), torch.sin(x * torch.sin(w)), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.gpu
@@ -200,8 +213,11 @@ def test_an_op_keeps_every_check_of_a_launch(torch_cuda):
     torch = torch_cuda
     axpy_sin = _ops()["axpy_sin"]
     y = torch.zeros(256, device="cuda")
-    with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[1\] 'x' is float64, "
-                                                 r"the kernel takes const float\*"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"session\.launch: args\[1\] 'x' is float64, "
+        r"the kernel takes const float\*",
+    ):
         axpy_sin(y, torch.zeros(256, device="cuda", dtype=torch.float64), 1.0)
     assert torch.count_nonzero(y).item() == 0
 
@@ -210,13 +226,19 @@ def test_op_refuses_a_name_without_a_namespace_and_a_function_without_the_sessio
     pytest.importorskip("torch")
     import tenferro.torch as tft
 
-    with pytest.raises(tf.ValidationError, match=r"tenferro\.torch\.op: name='axpy' must be "
-                                                 r"'namespace::name'"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"tenferro\.torch\.op: name='axpy' must be "
+        r"'namespace::name'",
+    ):
         tft.op("axpy", mutates_args=())
 
     def f():
         pass
 
-    with pytest.raises(tf.ValidationError, match=r"tenferro\.torch\.op: f must take the session "
-                                                 r"as its first parameter"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"tenferro\.torch\.op: f must take the session "
+        r"as its first parameter",
+    ):
         tft.op("tenferro_test::f", mutates_args=())(f)

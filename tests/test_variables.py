@@ -9,7 +9,7 @@ import tenferro as tf
 from tenferro import dtypes
 from tenferro import variables as variables_part
 
-VARIABLES = r'''
+VARIABLES = r"""
 #include <cuda_fp16.h>
 struct P { float a; int b; };
 __device__ float table[256];
@@ -31,12 +31,14 @@ extern "C" __global__ void use(float* out) {
              + pts[0].a + *where + hidden[0] + big + ns::flags[1] + other::flags[0] + anon[0];
     printf("%d\n", 1);
 }
-'''
+"""
 
 
 def _table(variables):
-    return {v.c_name: (v.space, v.nbytes, v.scalar_type and v.scalar_type.name, v.shape,
-                       v.c_type) for v in variables.values()}
+    return {
+        v.c_name: (v.space, v.nbytes, v.scalar_type and v.scalar_type.name, v.shape, v.c_type)
+        for v in variables.values()
+    }
 
 
 def test_each_variable_has_the_type_its_declaration_gives():
@@ -60,8 +62,9 @@ def test_each_variable_has_the_type_its_declaration_gives():
     assert decls["grid2"] == "__device__ float grid2[4][8]"
     assert decls["coeffs"] == "__constant__ double coeffs[4]"
     assert decls["big"] == "__device__ const long long big"
-    assert decls["(anonymous namespace)::anon"] == \
-        "__device__ (anonymous namespace)::anon (12 bytes)"
+    assert (
+        decls["(anonymous namespace)::anon"] == "__device__ (anonymous namespace)::anon (12 bytes)"
+    )
     assert r.signatures["use"].declaration() == "use(float* out)"  # kernels keep their types
 
 
@@ -73,12 +76,11 @@ def test_variables_come_back_from_the_cache_as_they_were_compiled():
 
 
 def test_a_source_without_variables_has_none():
-    r = tf.compile_cuda('extern "C" __global__ void k(float* y) { y[0] = 1.0f; }',
-                        arch="sm_90")
+    r = tf.compile_cuda('extern "C" __global__ void k(float* y) { y[0] = 1.0f; }', arch="sm_90")
     assert r.variables == {}
 
 
-PTX = r'''
+PTX = r"""
 .version 8.0
 .target sm_90
 .address_size 64
@@ -96,7 +98,7 @@ PTX = r'''
     ld.global.f32 %f1, [x];
     ret;
 }
-'''
+"""
 
 
 def test_ptx_says_what_it_can_of_each_variable_it_defines():
@@ -111,13 +113,17 @@ def test_ptx_says_what_it_can_of_each_variable_it_defines():
 
 
 def test_a_c_type_that_does_not_agree_with_ptx_or_does_not_read_is_not_used():
-    v = {"a": variables_part.Variable("a", "global", 8, None, (8,)),
-         "b": variables_part.Variable("b", "global", 8, None, (8,)),
-         "b2": variables_part.Variable("b2", "global", 4, None, (4,))}
-    probes = {"gone": "_Z1fv",  # a name the module lacks first: the others are still read
-              "b2": "_Z29__tenferro_c_type_of_variableIiEvv",  # T = int: no pointer to read
-              "b": "_Z29__tenferro_c_type_of_variableIPA4_",  # cut off: does not read
-              "a": "_Z29__tenferro_c_type_of_variableIPA4_fEvv"}  # float[4]: 16 bytes, not 8
+    v = {
+        "a": variables_part.Variable("a", "global", 8, None, (8,)),
+        "b": variables_part.Variable("b", "global", 8, None, (8,)),
+        "b2": variables_part.Variable("b2", "global", 4, None, (4,)),
+    }
+    probes = {
+        "gone": "_Z1fv",  # a name the module lacks first: the others are still read
+        "b2": "_Z29__tenferro_c_type_of_variableIiEvv",  # T = int: no pointer to read
+        "b": "_Z29__tenferro_c_type_of_variableIPA4_",  # cut off: does not read
+        "a": "_Z29__tenferro_c_type_of_variableIPA4_fEvv",
+    }  # float[4]: 16 bytes, not 8
     out = variables_part.with_c_types(v, probes)
     assert out["a"] == variables_part.Variable("a", "global", 8, None, (8,), "float[4]")
     assert out["b"] == v["b"] and out["b2"] == v["b2"] and set(out) == {"a", "b", "b2"}
@@ -126,13 +132,16 @@ def test_a_c_type_that_does_not_agree_with_ptx_or_does_not_read_is_not_used():
 def test_only_names_the_end_of_the_source_can_reach_are_probed():
     v = variables_part.ptx_variables(  # one the probe cannot name first: the rest still are
         ".global .align 4 .b8 _ZN12_INTERNAL_ab17_GLOBAL__N__ab_x4anonE[12];\n"
-        ".global .align 4 .b8 _ZN2ns5flagsE[32];\n.global .align 4 .f32 t;\n")
+        ".global .align 4 .b8 _ZN2ns5flagsE[32];\n.global .align 4 .f32 t;\n"
+    )
     assert variables_part.probe_expressions(v) == {
         "_ZN2ns5flagsE": "__tenferro_c_type_of_variable<decltype(&ns::flags)>",
-        "t": "__tenferro_c_type_of_variable<decltype(&t)>"}
+        "t": "__tenferro_c_type_of_variable<decltype(&t)>",
+    }
 
 
 # --- module.variable through a stand-in driver ------------------------------------------------
+
 
 class _Session(RecordsFaults):
     device = 3
@@ -170,8 +179,9 @@ class _Driver:
     def module_get_global(self, handle, name, op):
         self.asked.append((handle, name, op))
         if name not in self.sizes:
-            raise tf.BackendError(f"{op}: cuModuleGetGlobal failed: CUDA_ERROR_NOT_FOUND",
-                                  "CUDA_ERROR_NOT_FOUND", 500)
+            raise tf.BackendError(
+                f"{op}: cuModuleGetGlobal failed: CUDA_ERROR_NOT_FOUND", "CUDA_ERROR_NOT_FOUND", 500
+            )
         return 0x10000 + 4096 * sorted(self.sizes).index(name), self.sizes[name]
 
 
@@ -191,8 +201,7 @@ def test_a_typed_variable_is_a_writable_span_of_its_elements(compiled_variables,
     m = _Module(compiled_variables)
     grid = m.variable("grid2")
     assert type(grid) is tf.TensorMut and grid.owner is m and grid.state is m.state
-    assert (grid.shape, grid.strides, grid.dtype, grid.nbytes) == ((4, 8), (32, 4),
-                                                                   np.float32, 128)
+    assert (grid.shape, grid.strides, grid.dtype, grid.nbytes) == ((4, 8), (32, 4), np.float32, 128)
     assert grid.ptr == 0x10000 + 4096 * sorted(globals_at.sizes).index("grid2")
     assert grid.device == 3
     assert m.variable("counter").shape == () and m.variable("big").dtype == np.int64
@@ -201,8 +210,9 @@ def test_a_typed_variable_is_a_writable_span_of_its_elements(compiled_variables,
 
 
 @pytest.mark.parametrize("name", ["ns::flags", "::ns::flags", "_ZN2ns5flagsE"])
-def test_a_namespaced_variable_is_found_by_its_qualified_or_entry_name(compiled_variables,
-                                                                      globals_at, name):
+def test_a_namespaced_variable_is_found_by_its_qualified_or_entry_name(
+    compiled_variables, globals_at, name
+):
     globals_at.sizes = _sizes(compiled_variables)
     span = _Module(compiled_variables).variable(name)
     assert span.dtype == np.uint32 and span.shape == (8,)
@@ -211,46 +221,60 @@ def test_a_namespaced_variable_is_found_by_its_qualified_or_entry_name(compiled_
 
 def test_an_unqualified_name_that_two_namespaces_share_is_refused(compiled_variables, globals_at):
     globals_at.sizes = _sizes(compiled_variables)
-    with pytest.raises(tf.ValidationError,
-                       match=r"^module\.variable: 'flags' names several variables of this "
-                             r"module: ns::flags, other::flags; give the qualified name$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.variable: 'flags' names several variables of this "
+        r"module: ns::flags, other::flags; give the qualified name$",
+    ):
         _Module(compiled_variables).variable("flags")
     assert globals_at.asked == []
     assert _Module(compiled_variables).variable("anon").nbytes == 12  # the one there is
 
 
-@pytest.mark.parametrize(("name", "entry"), [
-    ("flags", "flags"), ("::flags", "flags"),        # the global one: its own name
-    ("ns::flags", "_ZN2ns5flagsE"),                  # exact, though x::ns::flags ends so too
-    ("::ns::flags", "_ZN2ns5flagsE"),
-    ("deep", "_ZN1a1b4deepE"), ("b::deep", "_ZN1a1b4deepE"),  # the end of a qualified name
-])
+@pytest.mark.parametrize(
+    ("name", "entry"),
+    [
+        ("flags", "flags"),
+        ("::flags", "flags"),  # the global one: its own name
+        ("ns::flags", "_ZN2ns5flagsE"),  # exact, though x::ns::flags ends so too
+        ("::ns::flags", "_ZN2ns5flagsE"),
+        ("deep", "_ZN1a1b4deepE"),
+        ("b::deep", "_ZN1a1b4deepE"),  # the end of a qualified name
+    ],
+)
 def test_an_exact_name_wins_over_the_end_of_another(globals_at, name, entry):
     v = variables_part.ptx_variables(
         ".global .align 4 .f32 flags;\n.global .align 4 .u32 _ZN2ns5flagsE;\n"
-        ".global .align 4 .u32 _ZN1x2ns5flagsE;\n.global .align 4 .u32 _ZN1a1b4deepE;\n")
+        ".global .align 4 .u32 _ZN1x2ns5flagsE;\n.global .align 4 .u32 _ZN1a1b4deepE;\n"
+    )
     globals_at.sizes = {e: 4 for e in v}
     _Module(v).variable(name)
     assert [e for _, e, _ in globals_at.asked] == [entry]
 
 
-@pytest.mark.parametrize(("name", "msg"), [
-    ("::deep", r"'::deep' is not a variable of this module"),  # no global deep
-    ("b", r"'b' is not a variable"),                             # a namespace is not its end
-])
+@pytest.mark.parametrize(
+    ("name", "msg"),
+    [
+        ("::deep", r"'::deep' is not a variable of this module"),  # no global deep
+        ("b", r"'b' is not a variable"),  # a namespace is not its end
+    ],
+)
 def test_a_qualified_name_matches_whole_names_only(globals_at, name, msg):
     globals_at.sizes = {"_ZN1a1b4deepE": 4}
     with pytest.raises(tf.ValidationError, match=r"^module\.variable: " + msg):
-        _Module(variables_part.ptx_variables(".global .align 4 .u32 _ZN1a1b4deepE;\n")
-                ).variable(name)
+        _Module(variables_part.ptx_variables(".global .align 4 .u32 _ZN1a1b4deepE;\n")).variable(
+            name
+        )
 
 
 def test_a_missing_variable_lists_those_the_module_has(globals_at):
     globals_at.sizes = {"t": 4}
-    m = _Module(variables_part.ptx_variables(".global .align 4 .f32 t;\n"
-                                             ".const .align 4 .u32 u;\n"))
-    with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'tabel' is not a "
-                                                 r"variable of this module \(it has: t, u\)$"):
+    m = _Module(variables_part.ptx_variables(".global .align 4 .f32 t;\n.const .align 4 .u32 u;\n"))
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.variable: 'tabel' is not a "
+        r"variable of this module \(it has: t, u\)$",
+    ):
         m.variable("tabel")
     bare = _Module({})
     with pytest.raises(tf.ValidationError, match=r"\(it has: none known\)$"):
@@ -259,22 +283,31 @@ def test_a_missing_variable_lists_those_the_module_has(globals_at):
 
 def test_a_fault_the_lookup_sees_stops_the_session_and_names_the_last_launches(monkeypatch):
     def faulted(handle, name, op):
-        raise tf.KernelFault(f"{op}: the device reported CUDA_ERROR_ILLEGAL_ADDRESS",
-                             "CUDA_ERROR_ILLEGAL_ADDRESS", 700)
+        raise tf.KernelFault(
+            f"{op}: the device reported CUDA_ERROR_ILLEGAL_ADDRESS",
+            "CUDA_ERROR_ILLEGAL_ADDRESS",
+            700,
+        )
 
     monkeypatch.setattr(variables_part._driver, "module_get_global", faulted)
     m = _Module({})
-    with pytest.raises(tf.KernelFault, match=r"^module\.variable: the device reported "
-                                             r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
-                                             r"\['k'\]$"):
+    with pytest.raises(
+        tf.KernelFault,
+        match=r"^module\.variable: the device reported "
+        r"CUDA_ERROR_ILLEGAL_ADDRESS; last launches: "
+        r"\['k'\]$",
+    ):
         m.variable("t")
     assert len(m.state.faults) == 1
 
 
 def test_other_driver_refusals_pass_through(monkeypatch):
     def refuse(handle, name, op):
-        raise tf.BackendError(f"{op}: cuModuleGetGlobal failed: CUDA_ERROR_INVALID_HANDLE",
-                              "CUDA_ERROR_INVALID_HANDLE", 400)
+        raise tf.BackendError(
+            f"{op}: cuModuleGetGlobal failed: CUDA_ERROR_INVALID_HANDLE",
+            "CUDA_ERROR_INVALID_HANDLE",
+            400,
+        )
 
     monkeypatch.setattr(variables_part._driver, "module_get_global", refuse)
     with pytest.raises(tf.BackendError, match=r"CUDA_ERROR_INVALID_HANDLE$"):
@@ -286,18 +319,23 @@ def test_dtype_agrees_with_a_typed_variable_or_is_refused(compiled_variables, gl
     m = _Module(compiled_variables)
     assert m.variable("table", dtype=np.float32).shape == (256,)
     assert m.variable("table", dtype=dtypes.by_name("f32")).shape == (256,)
-    with pytest.raises(tf.ValidationError, match=r"^module\.variable: dtype=i32 was asked but "
-                                                 r"'table' is float\[256\]$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.variable: dtype=i32 was asked but "
+        r"'table' is float\[256\]$",
+    ):
         m.variable("table", dtype=np.int32)
     for name in ("table", "v2"):  # typed or not, a dtype that is none is refused by name
-        with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'nope' is not a "
-                                                     r"dtype$"):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^module\.variable: 'nope' is not a "
+            r"dtype$",
+        ):
             m.variable(name, dtype="nope")
     assert globals_at.asked[-1][1] == "table"  # a bad dtype is refused before the driver
 
 
-def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_variables,
-                                                                   globals_at):
+def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_variables, globals_at):
     globals_at.sizes = _sizes(compiled_variables)
     m = _Module(compiled_variables)
     raw = m.variable("v2")
@@ -309,40 +347,53 @@ def test_an_untyped_variable_is_bytes_or_the_elements_a_dtype_gives(compiled_var
     assert (as_f32.device, as_f32.owner, as_f32.state) == (3, m, m.state)
     assert m.variable("v2", dtype=np.float64).shape == (3,)  # 24 bytes: 3 doubles
     assert m.variable("pts", dtype=np.complex128).shape == (1,)  # 16 bytes: one element
-    with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'anon' has 12 bytes, "
-                                                 r"not a whole number of f64 elements$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.variable: 'anon' has 12 bytes, "
+        r"not a whole number of f64 elements$",
+    ):
         m.variable("anon", dtype=np.float64)
 
 
 def test_a_misaligned_untyped_variable_is_refused_for_wider_elements(globals_at, monkeypatch):
-    monkeypatch.setattr(variables_part._driver, "module_get_global",
-                        lambda handle, name, op: (0x10004, 16))
+    monkeypatch.setattr(
+        variables_part._driver, "module_get_global", lambda handle, name, op: (0x10004, 16)
+    )
     m = _Module({})
     assert m.variable("b", dtype=np.float32).shape == (4,)
-    with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'b' is not aligned to 8 "
-                                                 r"bytes, as f64 elements must be$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.variable: 'b' is not aligned to 8 "
+        r"bytes, as f64 elements must be$",
+    ):
         m.variable("b", dtype=np.float64)
 
 
-def test_a_driver_size_that_disagrees_with_the_declaration_is_an_error(compiled_variables,
-                                                                      globals_at):
+def test_a_driver_size_that_disagrees_with_the_declaration_is_an_error(
+    compiled_variables, globals_at
+):
     globals_at.sizes = {**_sizes(compiled_variables), "table": 1020}
-    with pytest.raises(tf.BackendError, match=r"^module\.variable: the driver gives 'table' 1020 "
-                                              r"bytes; its declaration __device__ float "
-                                              r"table\[256\] has 1024$"):
+    with pytest.raises(
+        tf.BackendError,
+        match=r"^module\.variable: the driver gives 'table' 1020 "
+        r"bytes; its declaration __device__ float "
+        r"table\[256\] has 1024$",
+    ):
         _Module(compiled_variables).variable("table")
 
 
 @pytest.mark.parametrize("bad", [5, None, b"table"])
 def test_a_name_that_is_not_a_str_is_refused(bad):
-    with pytest.raises(tf.ValidationError,
-                       match=rf"^module\.variable: name must be a str, got {type(bad).__name__}$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^module\.variable: name must be a str, got {type(bad).__name__}$",
+    ):
         _Module({}).variable(bad)
 
 
 # --- on a GPU ---------------------------------------------------------------------------------
 
-GPU_VARIABLES = r'''
+GPU_VARIABLES = r"""
 __device__ float table[1000];
 __constant__ double coeffs[4];
 __device__ unsigned long long hits;
@@ -358,7 +409,7 @@ extern "C" __global__ void scale(float* y, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] *= a;
 }
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -368,63 +419,87 @@ def test_variables_are_written_read_and_passed_like_any_span(session, rng):
     table0 = rng.standard_normal(n).astype(np.float32)
     coeffs0 = rng.standard_normal(4)
     offsets0 = rng.integers(-50, 50, 4).astype(np.int32)
-    table, coeffs, offsets, hits = (m.variable(x) for x in ("table", "coeffs", "ns::offsets",
-                                                            "hits"))
+    table, coeffs, offsets, hits = (
+        m.variable(x) for x in ("table", "coeffs", "ns::offsets", "hits")
+    )
     assert (table.shape, coeffs.dtype, offsets.shape, hits.shape) == ((n,), np.float64, (4,), ())
     session.copy(table, session.upload(table0))
     session.copy(coeffs, session.upload(coeffs0))
     session.copy(offsets, session.upload(offsets0))
     session.copy(hits, session.upload(np.array(7, dtype=np.uint64)))
     out = session.upload(np.full(n, np.nan))
-    session.launch(m.function("apply"), tf.LaunchConfig.flat(n, 128),
-                   [session.tensor_mut(out), tf.u32(n)])
+    session.launch(
+        m.function("apply"), tf.LaunchConfig.flat(n, 128), [session.tensor_mut(out), tf.u32(n)]
+    )
     idx = np.arange(n) % 4
     expected = table0.astype(np.float64) * coeffs0[idx] + offsets0[idx]
     np.testing.assert_allclose(session.download(out), expected, rtol=1e-12, atol=1e-12)
     assert int(session.download(hits)) == 7 + n
-    session.launch(m.function("scale"), tf.LaunchConfig.flat(n, 256),
-                   [m.variable("table"), tf.f32(-2.0), tf.u32(n)])  # passed as a pointer
+    session.launch(
+        m.function("scale"),
+        tf.LaunchConfig.flat(n, 256),
+        [m.variable("table"), tf.f32(-2.0), tf.u32(n)],
+    )  # passed as a pointer
     np.testing.assert_array_equal(session.download(table), table0 * np.float32(-2.0))
-    with pytest.raises(tf.ValidationError, match=r"^module\.variable: 'tabel' is not a variable "
-                                                 r"of this module \(it has: coeffs, hits, "
-                                                 r"ns::offsets, table\)$"):
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^module\.variable: 'tabel' is not a variable "
+        r"of this module \(it has: coeffs, hits, "
+        r"ns::offsets, table\)$",
+    ):
         m.variable("tabel")
     with pytest.raises(tf.ValidationError, match=r"^session\.launch: args\[0\] 'y' is float64"):
-        session.launch(m.function("scale"), tf.LaunchConfig.flat(n, 256),
-                       [m.variable("coeffs"), tf.f32(1.0), tf.u32(4)])
+        session.launch(
+            m.function("scale"),
+            tf.LaunchConfig.flat(n, 256),
+            [m.variable("coeffs"), tf.f32(1.0), tf.u32(4)],
+        )
 
 
 def test_a_compile_result_lists_its_variables_after_its_kernels():
-    r = tf.compile_cuda('__device__ float t[4];\n__constant__ int k;\n'
-                        'extern "C" __global__ void f(float* y) { y[0] = t[0] + k; }',
-                        arch="sm_90")
-    assert repr(r).endswith("1 kernel(s): f(float* y); 2 variable(s): __constant__ int k; "
-                            "__device__ float t[4])")
+    r = tf.compile_cuda(
+        "__device__ float t[4];\n__constant__ int k;\n"
+        'extern "C" __global__ void f(float* y) { y[0] = t[0] + k; }',
+        arch="sm_90",
+    )
+    assert repr(r).endswith(
+        "1 kernel(s): f(float* y); 2 variable(s): __constant__ int k; __device__ float t[4])"
+    )
     assert variables_part.listed({}) == ""
 
 
 def test_the_math_librarys_tables_are_not_the_modules_variables_nor_spoil_their_types():
-    r = tf.compile_cuda("__device__ float table[4];\n"
-                        'extern "C" __global__ void k(float* y, double* z) '
-                        "{ y[0] = sinf(y[1]) + table[0]; z[0] = sin(z[1]); }", arch="sm_90")
+    r = tf.compile_cuda(
+        "__device__ float table[4];\n"
+        'extern "C" __global__ void k(float* y, double* z) '
+        "{ y[0] = sinf(y[1]) + table[0]; z[0] = sin(z[1]); }",
+        arch="sm_90",
+    )
     assert "__cudart_sin_cos_coeffs" in r.ptx  # sinf's table is in the image, and not listed
     assert _table(r.variables) == {"table": ("global", 16, "f32", (4,), "float[4]")}
 
 
 def test_a_variable_the_end_of_the_source_cannot_name_costs_only_its_own_type():
     # A macro defined after the declarations hides `hits` from the probe at the end.
-    r = tf.compile_cuda("__device__ float table[4];\n__device__ int hits;\n"
-                        'extern "C" __global__ void k(float* y) { y[0] = table[0] + hits; }\n'
-                        "#define hits not_declared_anywhere\n", arch="sm_90")
-    assert _table(r.variables) == {"table": ("global", 16, "f32", (4,), "float[4]"),
-                                   "hits": ("global", 4, "u32", (), "")}  # PTX's view: .u32
+    r = tf.compile_cuda(
+        "__device__ float table[4];\n__device__ int hits;\n"
+        'extern "C" __global__ void k(float* y) { y[0] = table[0] + hits; }\n'
+        "#define hits not_declared_anywhere\n",
+        arch="sm_90",
+    )
+    assert _table(r.variables) == {
+        "table": ("global", 16, "f32", (4,), "float[4]"),
+        "hits": ("global", 4, "u32", (), ""),
+    }  # PTX's view: .u32
 
 
 def test_with_its_source_only_the_variables_it_writes_are_the_modules():
-    ptx = (".global .align 4 .f32 mine;\n.global .align 4 .u32 _ZN2ns5flagsE;\n"
-           ".global .align 1 .b8 _ZN4cuda3std3__45ignoreE[1];\n"
-           ".global .align 1 .b8 _ZN4cuda3std3__417integral_constantIbLb0EE5valueE[1];\n"
-           ".global .align 4 .f32 unwritten;\n")
+    ptx = (
+        ".global .align 4 .f32 mine;\n.global .align 4 .u32 _ZN2ns5flagsE;\n"
+        ".global .align 1 .b8 _ZN4cuda3std3__45ignoreE[1];\n"
+        ".global .align 1 .b8 _ZN4cuda3std3__417integral_constantIbLb0EE5valueE[1];\n"
+        ".global .align 4 .f32 unwritten;\n"
+    )
     source = "__device__ float mine; namespace ns { __device__ unsigned flags; } // ignore value"
     assert set(variables_part.ptx_variables(ptx, source)) == {"mine", "_ZN2ns5flagsE"}
     assert len(variables_part.ptx_variables(ptx)) == 5  # PTX loaded as is: every one

@@ -16,8 +16,13 @@ from ..errors import RuntimeStateError
 from .devices import device_count, ensure_init
 from .results import check, cu, fail
 
-__all__ = ["PrimaryContext", "default_pool_release_threshold", "enable_peer_access",
-           "mem_get_info", "set_current"]
+__all__ = [
+    "PrimaryContext",
+    "default_pool_release_threshold",
+    "enable_peer_access",
+    "mem_get_info",
+    "set_current",
+]
 
 _A = cu.CUdevice_attribute if cu is not None else None
 
@@ -36,8 +41,7 @@ class PrimaryContext:
         self.ordinal = ordinal
         self._device = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
         self.device_handle = int(self._device)
-        self._context = check("cuDevicePrimaryCtxRetain",
-                              cu.cuDevicePrimaryCtxRetain(self._device))
+        self._context = check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(self._device))
         self.handle = int(self._context)
         name = check("cuDeviceGetName", cu.cuDeviceGetName(256, self._device))
         self.name = name.split(b"\0", 1)[0].decode()
@@ -68,14 +72,17 @@ class PrimaryContext:
         if v is None:
             attr = getattr(_A, "CU_DEVICE_ATTRIBUTE_" + name)
             v = self._attrs[name] = check(
-                "cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attr, self._device))
+                "cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attr, self._device)
+            )
         return v
 
     @property
     def compute_capability(self) -> tuple[int, int]:
         """(major, minor) of the device."""
-        return (self.attribute("COMPUTE_CAPABILITY_MAJOR"),
-                self.attribute("COMPUTE_CAPABILITY_MINOR"))
+        return (
+            self.attribute("COMPUTE_CAPABILITY_MAJOR"),
+            self.attribute("COMPUTE_CAPABILITY_MINOR"),
+        )
 
     def make_current(self) -> int:
         """Make this context current on the calling thread; return the previous one."""
@@ -86,15 +93,18 @@ class PrimaryContext:
 
     def alloc_async(self, nbytes: int, stream: int, op: str) -> int:
         """Stream-ordered allocation of ``nbytes`` (at least 1) from tenferro's pool."""
-        return int(check(op, cu.cuMemAllocFromPoolAsync(max(nbytes, 1), self._pool,
-                                                        cu.CUstream(stream))))
+        return int(
+            check(op, cu.cuMemAllocFromPoolAsync(max(nbytes, 1), self._pool, cu.CUstream(stream)))
+        )
 
     def pool_stats(self) -> dict[str, int]:
         """Bytes the pool holds from the device (reserved) and hands out (used), now and peak."""
         out = {}
         for key, attr in _POOL_STATS.items():
-            v = check("cuMemPoolGetAttribute", cu.cuMemPoolGetAttribute(
-                self._pool, getattr(cu.CUmemPool_attribute, attr)))
+            v = check(
+                "cuMemPoolGetAttribute",
+                cu.cuMemPoolGetAttribute(self._pool, getattr(cu.CUmemPool_attribute, attr)),
+            )
             out[key] = int(v)
         return out
 
@@ -127,8 +137,12 @@ def _create_pool(ordinal: int) -> Any:
     props.location.id = ordinal
     pool = check("cuMemPoolCreate", cu.cuMemPoolCreate(props))
     threshold = cu.cuuint64_t(0xFFFFFFFFFFFFFFFF)
-    check("cuMemPoolSetAttribute", cu.cuMemPoolSetAttribute(
-        pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
+    check(
+        "cuMemPoolSetAttribute",
+        cu.cuMemPoolSetAttribute(
+            pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold
+        ),
+    )
     return pool
 
 
@@ -150,8 +164,14 @@ def default_pool_release_threshold(ordinal: int) -> int:
     """The release threshold of device ``ordinal``'s default pool (other libraries use it)."""
     dev = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
     pool = check("cuDeviceGetDefaultMemPool", cu.cuDeviceGetDefaultMemPool(dev))
-    return int(check("cuMemPoolGetAttribute", cu.cuMemPoolGetAttribute(
-        pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)))
+    return int(
+        check(
+            "cuMemPoolGetAttribute",
+            cu.cuMemPoolGetAttribute(
+                pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+            ),
+        )
+    )
 
 
 def set_current(handle: int) -> None:
@@ -170,13 +190,14 @@ def enable_peer_access(ctx: PrimaryContext, peer: PrimaryContext, op: str) -> bo
     key = (ctx.ordinal, peer.ordinal)
     if ctx.ordinal == peer.ordinal or key in _peer_enabled:
         return True
-    can = check("cuDeviceCanAccessPeer", cu.cuDeviceCanAccessPeer(
-        cu.CUdevice(ctx.device_handle), cu.CUdevice(peer.device_handle)))
+    can = check(
+        "cuDeviceCanAccessPeer",
+        cu.cuDeviceCanAccessPeer(cu.CUdevice(ctx.device_handle), cu.CUdevice(peer.device_handle)),
+    )
     if not can:
         return False
     err = cu.cuCtxEnablePeerAccess(cu.CUcontext(peer.handle), 0)[0]
-    if err not in (cu.CUresult.CUDA_SUCCESS,
-                   cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+    if err not in (cu.CUresult.CUDA_SUCCESS, cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
         raise fail(op, err)
     _peer_enabled.add(key)
     return True

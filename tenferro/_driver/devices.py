@@ -65,8 +65,15 @@ def device_summary(ordinal: int) -> tuple[str, tuple[int, int], int]:
     ensure_init("device_summary")
     dev = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
     name = check("cuDeviceGetName", cu.cuDeviceGetName(256, dev)).split(b"\0", 1)[0].decode()
-    major, minor = (check("cuDeviceGetAttribute", cu.cuDeviceGetAttribute(
-        getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{part}"), dev))
-        for part in ("MAJOR", "MINOR"))
+    major, minor = (
+        check(
+            "cuDeviceGetAttribute",
+            cu.cuDeviceGetAttribute(
+                getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{part}"),
+                dev,
+            ),
+        )
+        for part in ("MAJOR", "MINOR")
+    )
     total = check("cuDeviceTotalMem", cu.cuDeviceTotalMem(dev))
     return name, (int(major), int(minor)), int(total)

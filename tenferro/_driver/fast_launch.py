@@ -16,8 +16,15 @@ from typing import Any
 
 from .results import cu, fail
 
-__all__ = ["ExtendedLaunchRecord", "LaunchRecord", "build_fast_calls", "launch_config",
-           "launch_record", "launcher", "wait_for_stream"]
+__all__ = [
+    "ExtendedLaunchRecord",
+    "LaunchRecord",
+    "build_fast_calls",
+    "launch_config",
+    "launch_record",
+    "launcher",
+    "wait_for_stream",
+]
 
 
 # Launches and producer-stream waits go through cuda.bindings until numba has compiled two small
@@ -63,8 +70,15 @@ class LaunchRecord:
 def launch_config(dims: tuple, stream: int, cluster: tuple | None, cooperative: bool) -> Any:
     """The CUlaunchConfig of cuLaunchKernelEx: ``dims`` (grid, block, shared memory), attributes."""
     config = cu.CUlaunchConfig()
-    (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
-     config.blockDimZ, config.sharedMemBytes) = dims
+    (
+        config.gridDimX,
+        config.gridDimY,
+        config.gridDimZ,
+        config.blockDimX,
+        config.blockDimY,
+        config.blockDimZ,
+        config.sharedMemBytes,
+    ) = dims
     config.hStream = cu.CUstream(stream)
     attrs = []
     if cluster is not None:
@@ -91,10 +105,21 @@ class ExtendedLaunchRecord:
 
     __slots__ = ("__weakref__", "_call", "address")
 
-    def __init__(self, func: int, dims: tuple, stream: int, params: int,
-                 cluster: tuple | None, cooperative: bool) -> None:
-        self._call = (launch_config(dims, stream, cluster, cooperative), cu.CUfunction(func),
-                      params, 0)
+    def __init__(
+        self,
+        func: int,
+        dims: tuple,
+        stream: int,
+        params: int,
+        cluster: tuple | None,
+        cooperative: bool,
+    ) -> None:
+        self._call = (
+            launch_config(dims, stream, cluster, cooperative),
+            cu.CUfunction(func),
+            params,
+            0,
+        )
         self.address = id(self._call)
         _extended_calls[self.address] = self._call
 
@@ -109,8 +134,9 @@ class ExtendedLaunchRecord:
 _extended_calls: dict[int, tuple] = {}  # ExtendedLaunchRecord address -> its call's arguments
 
 
-def launch_record(func: int, dims: tuple, stream: int, params: int, cluster: tuple | None,
-                  cooperative: bool) -> LaunchRecord | ExtendedLaunchRecord:
+def launch_record(
+    func: int, dims: tuple, stream: int, params: int, cluster: tuple | None, cooperative: bool
+) -> LaunchRecord | ExtendedLaunchRecord:
     """The record a launcher takes: extended (cuLaunchKernelEx) with clusters or cooperation.
 
     ``launcher(extended=cluster is not None or cooperative)`` is the one that reads it.
@@ -149,8 +175,9 @@ def build_fast_calls(wait: bool = True) -> bool:
             if _build_thread is None:
                 import atexit
 
-                _build_thread = threading.Thread(target=_build, name="tenferro-fast-calls",
-                                                 daemon=True)
+                _build_thread = threading.Thread(
+                    target=_build, name="tenferro-fast-calls", daemon=True
+                )
                 _build_thread.start()
                 atexit.register(_build_thread.join)  # never end the process mid-compile
         if wait:
@@ -208,8 +235,13 @@ def _make_njit_launcher() -> Any:
         lib = ctypes.CDLL("libcuda.so.1")
         c_launch = lib.cuLaunchKernel
         c_launch.restype = ctypes.c_int
-        c_launch.argtypes = [ctypes.c_uint64, *([ctypes.c_uint] * 7), ctypes.c_uint64,
-                             ctypes.c_uint64, ctypes.c_uint64]
+        c_launch.argtypes = [
+            ctypes.c_uint64,
+            *([ctypes.c_uint] * 7),
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+        ]
 
         @intrinsic
         def words(typingctx, addr):  # pragma: no cover - compiled by numba

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from .results import check, cu, fail
 
-__all__ = ["ExecutableGraph", "capture_begin", "capture_end", "graph_destroy",
-           "graph_node_count"]
+__all__ = ["ExecutableGraph", "capture_begin", "capture_end", "graph_destroy", "graph_node_count"]
 
 
 def capture_begin(stream: int, op: str) -> None:

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 from .results import check, cu
 
-__all__ = ["MEMORY_DEVICE", "MEMORY_HOST", "MEMORY_UNKNOWN", "mem_free", "mem_free_async",
-           "memcpy_dtod_async", "memcpy_dtoh_async", "memcpy_htod_async", "memcpy_peer_async",
-           "memset_d8_async", "pointer_info"]
+__all__ = [
+    "MEMORY_DEVICE",
+    "MEMORY_HOST",
+    "MEMORY_UNKNOWN",
+    "mem_free",
+    "mem_free_async",
+    "memcpy_dtod_async",
+    "memcpy_dtoh_async",
+    "memcpy_htod_async",
+    "memcpy_peer_async",
+    "memset_d8_async",
+    "pointer_info",
+]
 
 
 def mem_free_async(ptr: int, stream: int) -> None:
@@ -37,19 +47,30 @@ def memcpy_dtoh_async(dst_host: int, src: int, nbytes: int, stream: int, op: str
 
 def memcpy_dtod_async(dst: int, src: int, nbytes: int, stream: int, op: str) -> None:
     """Copy device -> device on ``stream``."""
-    check(op, cu.cuMemcpyDtoDAsync(
-        cu.CUdeviceptr(dst), cu.CUdeviceptr(src), nbytes, cu.CUstream(stream)))
+    check(
+        op,
+        cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(dst), cu.CUdeviceptr(src), nbytes, cu.CUstream(stream)),
+    )
 
 
-def memcpy_peer_async(dst: int, dst_ctx: int, src: int, src_ctx: int, nbytes: int,
-                      stream: int, op: str) -> None:
+def memcpy_peer_async(
+    dst: int, dst_ctx: int, src: int, src_ctx: int, nbytes: int, stream: int, op: str
+) -> None:
     """Copy between the memory of two contexts (devices) on ``stream``.
 
     The driver copies directly where peer access is enabled and stages the copy otherwise.
     """
-    check(op, cu.cuMemcpyPeerAsync(cu.CUdeviceptr(dst), cu.CUcontext(dst_ctx),
-                                   cu.CUdeviceptr(src), cu.CUcontext(src_ctx), nbytes,
-                                   cu.CUstream(stream)))
+    check(
+        op,
+        cu.cuMemcpyPeerAsync(
+            cu.CUdeviceptr(dst),
+            cu.CUcontext(dst_ctx),
+            cu.CUdeviceptr(src),
+            cu.CUcontext(src_ctx),
+            nbytes,
+            cu.CUstream(stream),
+        ),
+    )
 
 
 def memset_d8_async(dst: int, value: int, nbytes: int, stream: int, op: str) -> None:
@@ -59,8 +80,14 @@ def memset_d8_async(dst: int, value: int, nbytes: int, stream: int, op: str) -> 
 
 _PA = cu.CUpointer_attribute if cu is not None else None
 _POINTER_ATTRS = (
-    [_PA.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _PA.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-     _PA.CU_POINTER_ATTRIBUTE_IS_MANAGED] if cu is not None else [])
+    [
+        _PA.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        _PA.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        _PA.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+    ]
+    if cu is not None
+    else []
+)
 
 MEMORY_HOST, MEMORY_DEVICE, MEMORY_UNKNOWN = "host", "device", "unknown"
 

@@ -12,10 +12,20 @@ from typing import Any
 from .fast_launch import launch_config
 from .results import check, cu
 
-__all__ = ["func_attribute", "func_param_layout", "func_set_attribute",
-           "func_set_max_dynamic_shared", "kernel_function", "max_active_clusters",
-           "module_function_names", "module_get_function", "module_get_global",
-           "module_load_data", "module_unload", "occupancy_blocks"]
+__all__ = [
+    "func_attribute",
+    "func_param_layout",
+    "func_set_attribute",
+    "func_set_max_dynamic_shared",
+    "kernel_function",
+    "max_active_clusters",
+    "module_function_names",
+    "module_get_function",
+    "module_get_global",
+    "module_load_data",
+    "module_unload",
+    "occupancy_blocks",
+]
 
 
 def module_load_data(image: bytes, op: str) -> int:
@@ -66,8 +76,14 @@ def func_attribute(func: int, name: str) -> int:
 
 def occupancy_blocks(func: int, threads: int, shared_mem_bytes: int, op: str) -> int:
     """Blocks of ``threads`` threads that fit on one multiprocessor at once (the occupancy API)."""
-    return int(check(op, cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        cu.CUfunction(func), threads, shared_mem_bytes)))
+    return int(
+        check(
+            op,
+            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                cu.CUfunction(func), threads, shared_mem_bytes
+            ),
+        )
+    )
 
 
 def func_set_attribute(func: int, name: str, value: int, op: str) -> None:

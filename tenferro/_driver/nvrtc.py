@@ -15,8 +15,10 @@ from ..errors import BackendError, RuntimeStateError
 
 __all__ = ["cuda_include_dirs", "nvrtc_compile", "nvrtc_version"]
 
-_NVRTC_MISSING = ("NVRTC could not be loaded ({exc}); it comes with the cu13 or cu12 extra: "
-                  "pip install 'tenferro[cu13]' (CUDA 13 drivers) or 'tenferro[cu12]'")
+_NVRTC_MISSING = (
+    "NVRTC could not be loaded ({exc}); it comes with the cu13 or cu12 extra: "
+    "pip install 'tenferro[cu13]' (CUDA 13 drivers) or 'tenferro[cu12]'"
+)
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -32,9 +34,13 @@ def nvrtc_version() -> tuple[int, int]:
     return int(res[1]), int(res[2])
 
 
-def nvrtc_compile(source: bytes, name: bytes, options: list[bytes],
-                  name_expressions: list[bytes], want_cubin: bool,
-                  ) -> tuple[bool, str, bytes, bytes | None, dict[str, str]]:
+def nvrtc_compile(
+    source: bytes,
+    name: bytes,
+    options: list[bytes],
+    name_expressions: list[bytes],
+    want_cubin: bool,
+) -> tuple[bool, str, bytes, bytes | None, dict[str, str]]:
     """Compile CUDA C with NVRTC: (ok, log, ptx, cubin or None, {expression: lowered name})."""
     from cuda.bindings import nvrtc
 

@@ -9,10 +9,22 @@ from __future__ import annotations
 
 from .results import check, cu, fail
 
-__all__ = ["context_synchronize", "event_create", "event_destroy", "event_elapsed_ms",
-           "event_query", "event_record", "event_synchronize", "stream_context",
-           "stream_create", "stream_destroy", "stream_is_capturing", "stream_is_non_blocking",
-           "stream_synchronize", "stream_wait_event"]
+__all__ = [
+    "context_synchronize",
+    "event_create",
+    "event_destroy",
+    "event_elapsed_ms",
+    "event_query",
+    "event_record",
+    "event_synchronize",
+    "stream_context",
+    "stream_create",
+    "stream_destroy",
+    "stream_is_capturing",
+    "stream_is_non_blocking",
+    "stream_synchronize",
+    "stream_wait_event",
+]
 
 
 def stream_create() -> int:

@@ -16,6 +16,17 @@ from .foreign import check_memory, read_foreign
 from .foreign_array import Foreign
 from .streams import LEGACY, PER_THREAD, order_after, stream_value
 
-__all__ = ["LEGACY", "PER_THREAD", "Foreign", "check_memory", "export", "live_exports",
-           "order_after", "read_cai", "read_capsule", "read_dlpack", "read_foreign",
-           "stream_value"]
+__all__ = [
+    "LEGACY",
+    "PER_THREAD",
+    "Foreign",
+    "check_memory",
+    "export",
+    "live_exports",
+    "order_after",
+    "read_cai",
+    "read_capsule",
+    "read_dlpack",
+    "read_foreign",
+    "stream_value",
+]

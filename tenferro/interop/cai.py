@@ -17,9 +17,11 @@ __all__ = ["read_cai"]
 
 def _int_tuple(v: Any, what: str, op: str) -> tuple[int, ...]:
     if not isinstance(v, tuple) or not all(
-            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in v):
-        raise ValidationError(f"{op}: __cuda_array_interface__ {what}={v!r} must be a tuple "
-                              "of ints")
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in v
+    ):
+        raise ValidationError(
+            f"{op}: __cuda_array_interface__ {what}={v!r} must be a tuple of ints"
+        )
     return tuple(int(d) for d in v)
 
 
@@ -32,34 +34,37 @@ def read_cai(x: Any, op: str) -> Foreign:
     try:
         cai = x.__cuda_array_interface__
     except Exception as exc:  # a producer may raise for arrays it cannot export
-        raise ValidationError(f"{op}: reading __cuda_array_interface__ of "
-                              f"{type(x).__name__} failed: {exc}") from exc
+        raise ValidationError(
+            f"{op}: reading __cuda_array_interface__ of {type(x).__name__} failed: {exc}"
+        ) from exc
     if not isinstance(cai, dict):
-        raise ValidationError(f"{op}: __cuda_array_interface__ must be a dict, got "
-                              f"{type(cai).__name__}")
+        raise ValidationError(
+            f"{op}: __cuda_array_interface__ must be a dict, got {type(cai).__name__}"
+        )
     version = cai.get("version")
     if not isinstance(version, int) or version < 2:
-        raise ValidationError(f"{op}: __cuda_array_interface__ {version=} is not supported "
-                              "(need 2 or 3)")
+        raise ValidationError(
+            f"{op}: __cuda_array_interface__ {version=} is not supported (need 2 or 3)"
+        )
     if cai.get("mask") is not None:
-        raise ValidationError(f"{op}: __cuda_array_interface__ has a mask; masked arrays are "
-                              "not supported")
+        raise ValidationError(
+            f"{op}: __cuda_array_interface__ has a mask; masked arrays are not supported"
+        )
     shape = _int_tuple(cai.get("shape"), "shape", op)
     if any(d < 0 for d in shape):
-        raise ValidationError(f"{op}: __cuda_array_interface__ shape={shape} has a negative "
-                              "extent")
+        raise ValidationError(f"{op}: __cuda_array_interface__ shape={shape} has a negative extent")
     typestr = cai.get("typestr")
     try:
         t = dtypes.from_numpy(np.dtype(typestr), op)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             raise
-        raise ValidationError(f"{op}: __cuda_array_interface__ {typestr=} is not a dtype") \
-            from None
+        raise ValidationError(f"{op}: __cuda_array_interface__ {typestr=} is not a dtype") from None
     data = cai.get("data")
     if not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], (int, np.integer))):
-        raise ValidationError(f"{op}: __cuda_array_interface__ data={data!r} must be "
-                              "(pointer, readonly)")
+        raise ValidationError(
+            f"{op}: __cuda_array_interface__ data={data!r} must be (pointer, readonly)"
+        )
     ptr, readonly = int(data[0]), bool(data[1])
     strides = cai.get("strides")
     if strides is None:
@@ -67,9 +72,13 @@ def read_cai(x: Any, op: str) -> Foreign:
     else:
         strides = _int_tuple(strides, "strides", op)
         if len(strides) != len(shape):
-            raise ValidationError(f"{op}: __cuda_array_interface__ strides={strides} do not "
-                                  f"match shape={shape}")
+            raise ValidationError(
+                f"{op}: __cuda_array_interface__ strides={strides} do not match shape={shape}"
+            )
     # v2 has no stream to order after; v3 forbids 0 (ambiguous) as every stream value does.
-    stream = stream_value(cai.get("stream"), "__cuda_array_interface__ stream", op) \
-        if version >= 3 else None
+    stream = (
+        stream_value(cai.get("stream"), "__cuda_array_interface__ stream", op)
+        if version >= 3
+        else None
+    )
     return Foreign(ptr, shape, strides, t, readonly, stream, x)

@@ -18,8 +18,16 @@ from ..errors import ValidationError, negated_view, wrong_device
 from ..spans import c_strides
 from .foreign_array import Foreign
 
-__all__ = ["DLTENSOR", "DL_CUDA", "DL_CUDA_MANAGED", "LEGACY_TAIL", "MAX_VERSION", "VERSIONED_HEAD",
-           "read_capsule", "read_dlpack"]
+__all__ = [
+    "DLTENSOR",
+    "DL_CUDA",
+    "DL_CUDA_MANAGED",
+    "LEGACY_TAIL",
+    "MAX_VERSION",
+    "VERSIONED_HEAD",
+    "read_capsule",
+    "read_dlpack",
+]
 
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
 MAX_VERSION = (1, 1)
@@ -75,31 +83,33 @@ def read_capsule(capsule: Any, op: str, producer: Any = None) -> Foreign:
         addr = _api.PyCapsule_GetPointer(capsule, _VERSIONED)
         _api.PyCapsule_SetName(capsule, _VERSIONED_USED)
         major, minor, _ctx, deleter, flags = VERSIONED_HEAD.unpack(
-            ctypes.string_at(addr, VERSIONED_HEAD.size))
+            ctypes.string_at(addr, VERSIONED_HEAD.size)
+        )
         owner = _CapsuleOwner(addr, deleter, producer)
         if major != 1:
-            raise ValidationError(f"{op}: DLPack version {major}.{minor} is not supported (this "
-                                  "reader knows 1.x)")
+            raise ValidationError(
+                f"{op}: DLPack version {major}.{minor} is not supported (this reader knows 1.x)"
+            )
         readonly = bool(flags & FLAG_READ_ONLY)
         tensor_at = addr + VERSIONED_HEAD.size
     elif _api.PyCapsule_IsValid(capsule, _LEGACY):
         addr = _api.PyCapsule_GetPointer(capsule, _LEGACY)
         _api.PyCapsule_SetName(capsule, _LEGACY_USED)
-        _ctx, deleter = LEGACY_TAIL.unpack(ctypes.string_at(addr + DLTENSOR.size,
-                                                             LEGACY_TAIL.size))
+        _ctx, deleter = LEGACY_TAIL.unpack(ctypes.string_at(addr + DLTENSOR.size, LEGACY_TAIL.size))
         owner = _CapsuleOwner(addr, deleter, producer)
         readonly = False
         tensor_at = addr
     else:
         raise ValidationError(f"{op}: not an unused DLPack capsule (a capsule is consumed once)")
     # One read of the DLTensor (struct.unpack is several times cheaper than ctypes fields).
-    data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = \
-        DLTENSOR.unpack(ctypes.string_at(tensor_at, DLTENSOR.size))
+    data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = DLTENSOR.unpack(
+        ctypes.string_at(tensor_at, DLTENSOR.size)
+    )
     if dev_type not in (DL_CUDA, DL_CUDA_MANAGED):
         where = {DL_CPU: "host (kDLCPU)", DL_CUDA_HOST: "pinned host (kDLCUDAHost)"}.get(
-            dev_type, f"device_type {dev_type}")
-        raise ValidationError(f"{op}: x is in {where} memory; the session needs CUDA device "
-                              "memory")
+            dev_type, f"device_type {dev_type}"
+        )
+        raise ValidationError(f"{op}: x is in {where} memory; the session needs CUDA device memory")
     if dev_id < 0:
         raise ValidationError(f"{op}: DLPack device_id={dev_id} is negative")
     st = dtypes.from_dlpack(code, bits, lanes, op)
@@ -112,8 +122,9 @@ def read_capsule(capsule: Any, op: str, producer: Any = None) -> Foreign:
         raise ValidationError(f"{op}: DLPack shape={shape} has a negative extent")
     if strides_p and ndim:
         size = st.itemsize
-        strides = tuple(e * size for e in struct.unpack(
-            f"<{ndim}q", ctypes.string_at(strides_p, 8 * ndim)))
+        strides = tuple(
+            e * size for e in struct.unpack(f"<{ndim}q", ctypes.string_at(strides_p, 8 * ndim))
+        )
     else:
         strides = c_strides(shape, st.itemsize)
     if not data and 0 not in shape:
@@ -132,11 +143,15 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
             dev_type, dev_id = x.__dlpack_device__()
             dev_type, dev_id = int(dev_type), int(dev_id)
         except Exception as exc:
-            raise ValidationError(f"{op}: x.__dlpack_device__() of {type(x).__name__} failed: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+            raise ValidationError(
+                f"{op}: x.__dlpack_device__() of {type(x).__name__} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if dev_type not in (DL_CUDA, DL_CUDA_MANAGED):
-            raise ValidationError(f"{op}: x is on DLPack device_type {dev_type} (host or "
-                                  "another kind); the session needs CUDA device memory")
+            raise ValidationError(
+                f"{op}: x is on DLPack device_type {dev_type} (host or "
+                "another kind); the session needs CUDA device memory"
+            )
         if dev_id != device:
             raise wrong_device(op, dev_id, device)
     is_neg = getattr(x, "is_neg", None)  # torch: a view whose memory lacks its values' sign
@@ -148,6 +163,8 @@ def read_dlpack(x: Any, stream: int, device: int, op: str) -> Foreign:
         except TypeError:  # producers before DLPack 1.0 take no max_version
             capsule = x.__dlpack__(stream=stream)
     except Exception as exc:  # the producer refused (torch: requires_grad, a conjugate view)
-        raise ValidationError(f"{op}: x.__dlpack__() of {type(x).__name__} refused to export: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        raise ValidationError(
+            f"{op}: x.__dlpack__() of {type(x).__name__} refused to export: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     return read_capsule(capsule, op, x)

@@ -41,9 +41,11 @@ _capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 # The destructor gets a capsule whose reference count is already zero: these prototypes take it
 # as a plain address so that ctypes never makes a new reference to it.
 _is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", ctypes.pythonapi))
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
 _get_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
 
 
 class _Export:
@@ -57,8 +59,7 @@ class _Export:
             return
         st = t.state
         stream = self.consumer_stream
-        if stream is not None and st.is_open and t.ptr and \
-                stream not in st.ordering.in_order_with:
+        if stream is not None and st.is_open and t.ptr and stream not in st.ordering.in_order_with:
             # The consumer may have queued work on its stream that still reads this memory.
             t.context.push()
             try:
@@ -114,8 +115,11 @@ def _consumer_stream(stream: Any, op: str) -> int | None:
 def _version(max_version: Any, op: str) -> tuple[int, int] | None:
     if max_version is None:
         return None
-    if not (isinstance(max_version, tuple) and len(max_version) == 2
-            and all(isinstance(v, int) and v >= 0 for v in max_version)):
+    if not (
+        isinstance(max_version, tuple)
+        and len(max_version) == 2
+        and all(isinstance(v, int) and v >= 0 for v in max_version)
+    ):
         raise ValidationError(f"{op}: {max_version=} must be None or a (major, minor) tuple")
     major, minor = max_version
     if major < 1:
@@ -132,12 +136,15 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
         try:
             dev = (int(dl_device[0]), int(dl_device[1]))
         except (TypeError, ValueError, IndexError):
-            raise BufferError(f"{op}: {dl_device=} must be a (device_type, device_id) "
-                              "tuple") from None
+            raise BufferError(
+                f"{op}: {dl_device=} must be a (device_type, device_id) tuple"
+            ) from None
         if dev != (DL_CUDA, tensor.device):
-            raise BufferError(f"{op}: {dl_device=} asks for another device; this Tensor is on "
-                              f"(kDLCUDA={DL_CUDA}, {tensor.device}) and tenferro does not "
-                              "copy across devices")
+            raise BufferError(
+                f"{op}: {dl_device=} asks for another device; this Tensor is on "
+                f"(kDLCUDA={DL_CUDA}, {tensor.device}) and tenferro does not "
+                "copy across devices"
+            )
     if copy not in (None, True, False):
         raise ValidationError(f"{op}: {copy=} must be None, True or False")
     consumer = _consumer_stream(stream, op)
@@ -157,8 +164,10 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
         tensor, flags = dup, FLAG_IS_COPIED
     if st.is_open and consumer is not None and consumer not in st.ordering.in_order_with:
         if st.liveness.capturing:
-            raise RuntimeStateError(f"{op}: not allowed during s.capture(): ordering the "
-                                    "consumer's stream needs an event")
+            raise RuntimeStateError(
+                f"{op}: not allowed during s.capture(): ordering the "
+                "consumer's stream needs an event"
+            )
         # The consumer's stream waits for everything enqueued so far on ours. The record and
         # the wait are one step under the lock: another thread exporting must not re-record
         # the session's event in between.
@@ -174,19 +183,33 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
     return _make_capsule(tensor, version, flags, consumer)
 
 
-def _make_capsule(tensor: Any, version: tuple[int, int] | None, flags: int,
-                  consumer: int | None) -> Any:
+def _make_capsule(
+    tensor: Any, version: tuple[int, int] | None, flags: int, consumer: int | None
+) -> Any:
     t = tensor.scalar_type
     ndim = len(tensor.shape)
     # One buffer: the managed tensor, then shape[ndim] and strides[ndim] (in elements).
-    head = DLTENSOR.size + LEGACY_TAIL.size if version is None else \
-        VERSIONED_HEAD.size + DLTENSOR.size
+    head = (
+        DLTENSOR.size + LEGACY_TAIL.size if version is None else VERSIONED_HEAD.size + DLTENSOR.size
+    )
     buf = ctypes.create_string_buffer(head + 16 * ndim)
     addr = ctypes.addressof(buf)
     shape_p, strides_p = addr + head, addr + head + 8 * ndim
     tensor_at = 0 if version is None else VERSIONED_HEAD.size
-    DLTENSOR.pack_into(buf, tensor_at, tensor.ptr, DL_CUDA, tensor.device, ndim, t.dl_code,
-                      t.dl_bits, 1, shape_p if ndim else 0, strides_p if ndim else 0, 0)
+    DLTENSOR.pack_into(
+        buf,
+        tensor_at,
+        tensor.ptr,
+        DL_CUDA,
+        tensor.device,
+        ndim,
+        t.dl_code,
+        t.dl_bits,
+        1,
+        shape_p if ndim else 0,
+        strides_p if ndim else 0,
+        0,
+    )
     if version is None:
         LEGACY_TAIL.pack_into(buf, DLTENSOR.size, 0, _DELETER_ADDR)
         name = _NAME_LEGACY
@@ -195,8 +218,9 @@ def _make_capsule(tensor: Any, version: tuple[int, int] | None, flags: int,
         name = _NAME_VERSIONED
     if ndim:
         item = t.itemsize
-        struct.pack_into(f"<{2 * ndim}q", buf, head, *tensor.shape,
-                         *(st // item for st in tensor.strides))
+        struct.pack_into(
+            f"<{2 * ndim}q", buf, head, *tensor.shape, *(st // item for st in tensor.strides)
+        )
     ex = _Export()
     ex.tensor = tensor
     ex.consumer_stream = consumer

@@ -27,12 +27,14 @@ def _cupy_negative_strides(x: Any) -> bool:
     CuPy's DLPack export divides such byte strides as unsigned numbers (-4 bytes becomes
     2**62 - 1 elements); its CUDA Array Interface gives them right.
     """
-    return type(x).__module__.partition(".")[0] == "cupy" and \
-        any(st < 0 for st in getattr(x, "strides", ()))
+    return type(x).__module__.partition(".")[0] == "cupy" and any(
+        st < 0 for st in getattr(x, "strides", ())
+    )
 
 
-def read_foreign(x: Any, stream: int, device: int, capturing: bool, op: str, *,
-                 dlpack_only: bool = False) -> Foreign:
+def read_foreign(
+    x: Any, stream: int, device: int, capturing: bool, op: str, *, dlpack_only: bool = False
+) -> Foreign:
     """Read ``x`` for a session on ``device`` whose stream is ``stream``.
 
     ``x`` has ``__dlpack__`` or ``__cuda_array_interface__``, or is an unused DLPack capsule.
@@ -40,24 +42,31 @@ def read_foreign(x: Any, stream: int, device: int, capturing: bool, op: str, *,
     producer is refused: it would order itself on the capturing stream.
     """
     if isinstance(x, np.ndarray):
-        raise ValidationError(f"{op}: x is a numpy array in host memory; s.upload(x) copies it "
-                              "to the device")
+        raise ValidationError(
+            f"{op}: x is a numpy array in host memory; s.upload(x) copies it to the device"
+        )
     if type(x).__name__ == "PyCapsule":
         return read_capsule(x, op)
     has_dlpack = hasattr(x, "__dlpack__")
     if dlpack_only and not has_dlpack:
-        raise ValidationError(f"{op}: x is a {type(x).__name__}; expected an object with "
-                              "__dlpack__ or a DLPack capsule")
+        raise ValidationError(
+            f"{op}: x is a {type(x).__name__}; expected an object with "
+            "__dlpack__ or a DLPack capsule"
+        )
     if has_dlpack and (dlpack_only or not _cupy_negative_strides(x)):
         if capturing:
-            raise RuntimeStateError(f"{op}: not allowed during s.capture(): a DLPack producer "
-                                    "would order itself on the capturing stream; make the span "
-                                    "before the capture")
+            raise RuntimeStateError(
+                f"{op}: not allowed during s.capture(): a DLPack producer "
+                "would order itself on the capturing stream; make the span "
+                "before the capture"
+            )
         return read_dlpack(x, stream, device, op)
     if hasattr(x, "__cuda_array_interface__"):
         return read_cai(x, op)
-    raise ValidationError(f"{op}: x is a {type(x).__name__}; expected a tf.Tensor, a span or a "
-                          "device array with __cuda_array_interface__ or __dlpack__")
+    raise ValidationError(
+        f"{op}: x is a {type(x).__name__}; expected a tf.Tensor, a span or a "
+        "device array with __cuda_array_interface__ or __dlpack__"
+    )
 
 
 def check_memory(f: Foreign, device: int, op: str) -> None:
@@ -76,8 +85,9 @@ def check_memory(f: Foreign, device: int, op: str) -> None:
         # costs a call per import and adds nothing
     kind, ordinal = _driver.pointer_info(f.ptr)
     if kind == _driver.MEMORY_HOST:
-        raise ValidationError(f"{op}: x is in host memory (0x{f.ptr:x}); copy it to the device "
-                              "first")
+        raise ValidationError(
+            f"{op}: x is in host memory (0x{f.ptr:x}); copy it to the device first"
+        )
     if kind != _driver.MEMORY_DEVICE:
         raise ValidationError(f"{op}: x's pointer 0x{f.ptr:x} is not CUDA device memory")
     if ordinal != device:

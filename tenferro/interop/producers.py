@@ -22,8 +22,16 @@ from ..errors import ValidationError, negated_view, wrong_device
 from ..spans import ADDRESS_END, TensorMut, TensorRef, compact_layout, layouts
 from .streams import LEGACY
 
-__all__ = ["compact_span", "direct_reader", "fast_span", "fast_spans", "kept", "kept_compact",
-           "readers", "torch_current_stream"]
+__all__ = [
+    "compact_span",
+    "direct_reader",
+    "fast_span",
+    "fast_spans",
+    "kept",
+    "kept_compact",
+    "readers",
+    "torch_current_stream",
+]
 
 # (ptr, shape, byte strides, scalar type, producer stream, nbytes when C-contiguous or -1).
 Direct = tuple[int, tuple[int, ...], tuple[int, ...], dtypes.ScalarType, int, int]
@@ -85,11 +93,25 @@ def torch_current_stream(torch: Any) -> Callable[[int], int]:
 
 def _torch_dtypes(torch: Any) -> dict[Any, dtypes.ScalarType]:
     """The table of torch dtypes to ours (none for complex: a conjugate bit no span carries)."""
-    return {getattr(torch, name): dtypes.by_name(ours) for name, ours in (
-        ("bool", "bool"), ("int8", "i8"), ("int16", "i16"), ("int32", "i32"),
-        ("int64", "i64"), ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"),
-        ("uint64", "u64"), ("float16", "f16"), ("bfloat16", "bf16"), ("float32", "f32"),
-        ("float64", "f64")) if hasattr(torch, name)}
+    return {
+        getattr(torch, name): dtypes.by_name(ours)
+        for name, ours in (
+            ("bool", "bool"),
+            ("int8", "i8"),
+            ("int16", "i16"),
+            ("int32", "i32"),
+            ("int64", "i64"),
+            ("uint8", "u8"),
+            ("uint16", "u16"),
+            ("uint32", "u32"),
+            ("uint64", "u64"),
+            ("float16", "f16"),
+            ("bfloat16", "bf16"),
+            ("float32", "f32"),
+            ("float64", "f64"),
+        )
+        if hasattr(torch, name)
+    }
 
 
 def _torch_reader(torch: Any) -> Reader:
@@ -157,8 +179,16 @@ kept: dict[type, dict[int, weakref.ref]] = {TensorRef: {}, TensorMut: {}}
 KEPT_MAX = 1024  # entries a table
 
 
-def kept_compact(st: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 t: dtypes.ScalarType, nbytes: int, x: Any) -> Any:
+def kept_compact(
+    st: Any,
+    cls: type,
+    ptr: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    t: dtypes.ScalarType,
+    nbytes: int,
+    x: Any,
+) -> Any:
     """The span of ``x`` last made for ``st`` if its fields are the ones just read, or a new one.
 
     While the span lives it holds ``x``, so no other array can have its ``id``.
@@ -167,14 +197,21 @@ def kept_compact(st: Any, cls: type, ptr: int, shape: tuple[int, ...], strides: 
     ref = table.get(id(x))
     if ref is not None:
         span = ref()
-        if span is not None and span.state is st and span.ptr == ptr and \
-                span.shape == shape and span.strides == strides and span.scalar_type is t:
+        if (
+            span is not None
+            and span.state is st
+            and span.ptr == ptr
+            and span.shape == shape
+            and span.strides == strides
+            and span.scalar_type is t
+        ):
             return span
     return keep(table, id(x), cls.compact(ptr, shape, strides, t, nbytes, st.device, x, st))
 
 
-def compact_span(st: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
-                 t: dtypes.ScalarType) -> Any:
+def compact_span(
+    st: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...], t: dtypes.ScalarType
+) -> Any:
     """A new span of ``cls`` over the compact array ``x``, kept for it.
 
     None where it is misaligned or reaches outside the address space: `import_span` says which.
@@ -182,8 +219,9 @@ def compact_span(st: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...],
     layout = layouts.get((shape, t.itemsize)) or compact_layout(shape, t.itemsize)
     if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
         return None
-    return keep(kept[cls], id(x), cls.compact(ptr, layout[0], layout[1], t, layout[2],
-                                             st.device, x, st))
+    return keep(
+        kept[cls], id(x), cls.compact(ptr, layout[0], layout[1], t, layout[2], st.device, x, st)
+    )
 
 
 def keep(table: dict[int, weakref.ref], key: int, span: Any) -> Any:

@@ -23,14 +23,28 @@ from ..dtypes import is_int as _is_int
 from ..errors import ValidationError
 from ..spans import ADDRESS_END as _HANDLE_END
 
-__all__ = ["LEGACY", "PER_THREAD", "StreamOrdering", "open_stream", "order_after",
-           "ordered_with", "stream_value"]
+__all__ = [
+    "LEGACY",
+    "PER_THREAD",
+    "StreamOrdering",
+    "open_stream",
+    "order_after",
+    "ordered_with",
+    "stream_value",
+]
 
 LEGACY, PER_THREAD = 1, 2
 
 
-def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
-                 no_sync: bool = False, handle: bool = False) -> int | None:
+def stream_value(
+    value: Any,
+    what: str,
+    op: str,
+    *,
+    objects: bool = False,
+    no_sync: bool = False,
+    handle: bool = False,
+) -> int | None:
     """``value`` as a driver stream handle by the rule above.
 
     A refusal is a `ValidationError` naming ``op`` and ``what`` (the argument's name).
@@ -45,10 +59,18 @@ def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
             got = value.__cuda_stream__()
         except Exception as exc:
             raise ValidationError(f"{op}: {what}.__cuda_stream__() raised {exc!r}") from exc
-        if not (isinstance(got, tuple) and len(got) == 2 and _is_int(got[0]) and got[0] == 0
-                and _is_int(got[1]) and 0 <= got[1] < _HANDLE_END):
-            raise ValidationError(f"{op}: {what}.__cuda_stream__() returned {got!r}; expected "
-                                  "(0, handle): protocol version 0 and a stream handle >= 0")
+        if not (
+            isinstance(got, tuple)
+            and len(got) == 2
+            and _is_int(got[0])
+            and got[0] == 0
+            and _is_int(got[1])
+            and 0 <= got[1] < _HANDLE_END
+        ):
+            raise ValidationError(
+                f"{op}: {what}.__cuda_stream__() returned {got!r}; expected "
+                "(0, handle): protocol version 0 and a stream handle >= 0"
+            )
         value = got[1]
     if not _is_int(value):
         kinds = "None, an int" + (" or an object with __cuda_stream__" if objects else "")
@@ -59,9 +81,11 @@ def stream_value(value: Any, what: str, op: str, *, objects: bool = False,
     if value == 0 and handle:
         return LEGACY
     if value == 0:
-        raise ValidationError(f"{op}: {what}=0 is ambiguous (the legacy or the per-thread "
-                              "default stream?); pass 1 for the legacy default stream or 2 for "
-                              "the per-thread one")
+        raise ValidationError(
+            f"{op}: {what}=0 is ambiguous (the legacy or the per-thread "
+            "default stream?); pass 1 for the legacy default stream or 2 for "
+            "the per-thread one"
+        )
     if not 0 < value < _HANDLE_END:
         raise ValidationError(f"{op}: {what}={value} is not a stream handle")
     return value
@@ -97,8 +121,10 @@ def open_stream(external: int | None, context: Any, op: str) -> tuple[int, froze
         stream = _driver.stream_create()
         return stream, frozenset((stream, LEGACY))
     if external > PER_THREAD and (ctx := _driver.stream_context(external)) != context.handle:
-        raise ValidationError(f"{op}: stream=0x{external:x} belongs to another context "
-                              f"(0x{ctx:x}), not device {context.ordinal}'s primary context")
+        raise ValidationError(
+            f"{op}: stream=0x{external:x} belongs to another context "
+            f"(0x{ctx:x}), not device {context.ordinal}'s primary context"
+        )
     return external, ordered_with(external, op)
 
 
