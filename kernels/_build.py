@@ -104,6 +104,7 @@ def session_table(s: Any) -> _Table:
             state_of(s).liveness.add_cache(table)
         if s.is_open:
             _last = (s, table)
+    assert table is not None
     return table
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,11 @@ class KernelArg:
     """
 
     __slots__ = ("align", "data", "kind", "scalar_type", "span")
+    kind: int
+    scalar_type: ScalarType | None
+    data: bytes
+    span: Span | None
+    align: int | None
 
     def __init__(
         self,
@@ -140,7 +146,7 @@ class KernelArg:
 
     def describe(self) -> str:
         """A short description for error messages."""
-        if self.kind == _SCALAR:
+        if self.kind == _SCALAR and self.scalar_type is not None:
             return f"{self.scalar_type.name} scalar"
         if self.kind == _BYTES:
             aligned = "" if self.align is None else f" aligned to {self.align}"
@@ -233,7 +239,7 @@ def _phrase(a: Any) -> str:
     if isinstance(a, Span):
         return f"a {type(a).__name__} (pointer)"
     if isinstance(a, KernelArg):
-        if a.kind == _SCALAR:
+        if a.kind == _SCALAR and a.scalar_type is not None:
             name = a.scalar_type.name
             return f"{'an' if name[0] in 'fi' else 'a'} {name} scalar"
         if a.kind == _BYTES:
@@ -262,7 +268,7 @@ def _scalar_fits(p: Param, t: ScalarType) -> bool:
 def _pack_python(p: Param, a: Any, op: str, i: int) -> bytes:
     """A bare Python number, accepted only where the parameter's type is known."""
     where = f"{op}: args[{i}]"
-    if p.kind == FLOAT and not isinstance(a, bool):
+    if p.kind == FLOAT and p.scalar is not None and not isinstance(a, bool):
         return dtypes.pack_scalar(p.scalar, a, where)
     if p.kind == INT and isinstance(a, int):
         if p.scalar is not None:
@@ -299,6 +305,16 @@ class ParamBlockBase:
         "offsets",
         "sig",
     )
+    sig: Signature
+    offsets: tuple[int, ...]
+    _buf: ctypes.Array[ctypes.c_char]
+    _mv: memoryview
+    _ptrs: ctypes.Array[ctypes.c_void_p]
+    address: int
+    last_args: tuple[Any, ...]
+    last_spans: list[Span]
+    last_slot_spans: list[Span | None]
+    nparams: int
     what = "kernel"  # how refusals name the kernel
 
     def __init__(self, sig: Signature) -> None:
@@ -314,11 +330,11 @@ class ParamBlockBase:
         base = ctypes.addressof(self._buf)
         self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
         self.address = ctypes.addressof(self._ptrs)
-        self.last_args: tuple = ()
-        self.last_spans: list = []
+        self.last_args = ()
+        self.last_spans = []
         # Per argument of last_args: its span, or None. Only this general pack records them;
         # ParamBlock's straight-line pack leaves them empty, so its refusals recheck everything.
-        self.last_slot_spans: list = []
+        self.last_slot_spans = []
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
@@ -407,6 +423,15 @@ class ParamBlock(ParamBlockBase):
         "takes_pointer",
         "writes",
     )
+    _pack: Callable[[list[Any] | tuple[Any, ...], Any, str], list[Span]]
+    pack_new: Callable[[list[Any] | tuple[Any, ...], Any, str], list[Span]]  # type: ignore[assignment]
+    params: tuple[Param, ...]
+    elements: tuple[frozenset[ScalarType] | None, ...]
+    read_only_ok: tuple[bool, ...]
+    scalars_taken: tuple[frozenset[ScalarType], ...]
+    slices: tuple[slice, ...]
+    takes_pointer: tuple[bool, ...]
+    writes: tuple[bool, ...]
 
     def __init__(self, sig: Signature) -> None:
         super().__init__(sig)
@@ -487,7 +512,7 @@ class ParamBlock(ParamBlockBase):
                 # numpy scalars (np.float32(x)) of a type the parameter takes: their own bits,
                 # assigned into a one-element array of their own type over the place
                 consts[f"N{i}"] = {
-                    c: np.frombuffer(self._buf, dtype=c, count=1, offset=off)
+                    c: np.frombuffer(self._mv, dtype=c, count=1, offset=off)
                     for c in map(dtypes.numpy_scalar_class, self.scalars_taken[i])
                     if c is not None and np.dtype(c).itemsize == size
                 }

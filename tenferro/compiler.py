@@ -241,7 +241,7 @@ def compile_cuda(
         "ptx": ptx_text,
         "log": log,
         "lowered": lowered,
-        "image_hex": (cubin if target == "cubin" else ptx + b"\0").hex(),
+        "image_hex": (ptx + b"\0" if cubin is None else cubin).hex(),  # cubin: target "cubin"
         "probes": _c_type_probes(source, name, probe_opts, ptx_text, early),
         "variable_probes": _variable_probes(source, name, probe_opts, ptx_text),
     }

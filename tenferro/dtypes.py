@@ -70,7 +70,7 @@ def numpy_scalar_class(t: ScalarType) -> type | None:
 
 def _bfloat16_dtype() -> np.dtype | None:
     try:  # ml_dtypes is what jax and torch interop hand us; optional.
-        import ml_dtypes  # type: ignore[import-not-found]
+        import ml_dtypes
 
         return np.dtype(ml_dtypes.bfloat16)
     except ImportError:
@@ -99,7 +99,10 @@ _BY_NAME = {t.name: t for t in SCALAR_TYPES}
 _BY_NUMPY = {t.numpy: t for t in SCALAR_TYPES if t.numpy is not None}
 # The same by numpy's scalar class too (np.float32, as allocations are usually asked): one
 # dictionary read, no np.dtype() made.
-_BY_DTYPE_OR_CLASS = {**_BY_NUMPY, **{dt.type: t for dt, t in _BY_NUMPY.items()}}
+_BY_DTYPE_OR_CLASS: dict[Any, ScalarType] = {
+    **_BY_NUMPY,
+    **{dt.type: t for dt, t in _BY_NUMPY.items()},
+}
 # numpy dtype -> scalar type, read-only: a lookup with no conversion and no error (None: not
 # a device type), for readers that try a direct path before the general one.
 BY_NUMPY: Mapping[np.dtype, ScalarType] = MappingProxyType(_BY_NUMPY)
@@ -221,7 +224,7 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
             raise ValidationError(
                 f"{op}: {t.name} needs an integer, got {type(value).__name__} {value!r}"
             )
-        v = int(value)
+        n = int(value)
         lo, hi = (
             (0, (1 << (8 * t.itemsize)) - 1)
             if t.kind != "int"
@@ -229,9 +232,9 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
         )
         if t.kind == "bool":
             lo, hi = 0, 1
-        if not lo <= v <= hi:
-            raise ValidationError(f"{op}: {v} is out of range for {t.name} [{lo}, {hi}]")
-        return struct.pack(t.fmt, v)
+        if not lo <= n <= hi:
+            raise ValidationError(f"{op}: {n} is out of range for {t.name} [{lo}, {hi}]")
+        return struct.pack(t.fmt, n)
     if t.kind == "float":
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
             value, (bool, np.bool_)

@@ -90,6 +90,13 @@ class Graph:
         """
         if node_count != self.node_count:  # not the same work: the driver is not asked
             why = f"it has {node_count} node(s), the graph {self.node_count}"
+        elif self._exec is None:  # it could not replay: the new capture makes it replayable
+            try:
+                self._exec = _driver.ExecutableGraph(graph, self.state.stream, op)
+            except BaseException:
+                _driver.graph_destroy(graph)
+                raise
+            why = None
         else:
             why = self._exec.update(graph, op)
             if why is not None:  # the driver may have left it part-updated: made anew

@@ -88,10 +88,11 @@ def collect() -> dict[str, Any]:
 
 
 def _size(nbytes: int) -> str:
+    size = float(nbytes)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
+        if size < 1024 or unit == "GiB":
+            return f"{nbytes} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
     raise AssertionError  # pragma: no cover
 
 

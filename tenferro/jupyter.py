@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from .compiler import CompiledCuda, compile_cuda
+from .compiler import compile_cuda
 from .errors import CompileError, ValidationError
 from .session import Session
 from .variables import by_c_name
@@ -172,7 +172,7 @@ def run_cell(shell: Any, line: str, cell: str) -> None:
     except CompileError as exc:
         raise CellCompileError(str(exc).split("\n", 1)[0], exc.log) from None
     shell.user_ns[spec.name] = result
-    if isinstance(result, CompiledCuda):
+    if s is None:
         where = f"compiled for {result.arch}; no open session to load it into"
     else:
         where = f"loaded into the session on device {s.device}"

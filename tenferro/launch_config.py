@@ -66,7 +66,7 @@ def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
     dims = tuple(value) + (1,) * (3 - len(value))
     if any(d < 1 for d in dims):
         raise ValidationError(f"{op}: {name}={given!r}: every dimension must be >= 1")
-    return dims  # type: ignore[return-value]
+    return dims
 
 
 class LaunchConfig:
@@ -100,6 +100,16 @@ class LaunchConfig:
         "shared_mem_bytes",
         "threads_per_block",
     )
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem_bytes: int
+    threads_per_block: int
+    dims: tuple[int, int, int, int, int, int, int]
+    cluster: tuple[int, int, int] | None
+    cluster_blocks: int
+    cooperative: bool
+    extended: bool
+    _hash: int
 
     def __new__(
         cls,

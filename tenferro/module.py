@@ -141,7 +141,7 @@ class Module:
     def _load_function(self, name: str, op: str) -> Function:
         # The entry is found among the module's names before the driver is asked for it, so a
         # name that is not there costs no failing driver call (a sanitizer reports each one).
-        entry = self.lowered_names.get(name, name)
+        entry: str | None = self.lowered_names.get(name, name)
         handle = None
         if entry not in self.signatures:
             names = self._names()
@@ -154,6 +154,7 @@ class Module:
                 f"{op}: no kernel named {name!r} in this module; it has "
                 f"{[display_name(e) for e in self._names()]}"
             )
+        assert entry is not None  # a handle was found for it
         sig = self.signatures.get(entry)
         if sig is None:
             sig = from_driver_layout(entry, _driver.func_param_layout(handle))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -186,7 +187,9 @@ class NumbaParamBlock(ParamBlockBase):
     )
     what = "numba kernel"
 
-    def __init__(self, name: str, specs: list[tuple], sig: Signature, writes: set[int]) -> None:
+    def __init__(
+        self, name: str, specs: list[tuple], sig: Signature, writes: Collection[int]
+    ) -> None:
         super().__init__(sig)
         self.name = name
         self.specs = specs
@@ -206,7 +209,7 @@ class NumbaParamBlock(ParamBlockBase):
                 if c is None
                 else (
                     c,
-                    np.frombuffer(self._buf, dtype=t.numpy, count=1, offset=self.offsets[first]),
+                    np.frombuffer(self._mv, dtype=t.numpy, count=1, offset=self.offsets[first]),
                 )
             )
         self.scalar_places = tuple(places)
@@ -328,7 +331,7 @@ class NumbaParamBlock(ParamBlockBase):
                 f"{op}: args[{i}] is a read-only TensorRef but numba kernel "
                 f"{self.name!r} stores into that array; use tensor_mut()"
             )
-        self.structs[i].pack_into(
+        self.structs[i].pack_into(  # type: ignore[union-attr]  # an array has its Struct
             self._mv, off, 0, 0, a.size, t.itemsize, a.ptr, *a.shape, *a.strides
         )
         return a
@@ -371,7 +374,9 @@ class _NumbaModule:
 
 def _specialization_type(a: Any, op: str, i: int) -> Any:
     """The numba type an argument asks for, when the kernel has no explicit signature."""
-    from numba import from_dtype
+    from numba import from_dtype as _from_dtype
+
+    from_dtype: Any = _from_dtype  # numba's annotation names one numpy type only
 
     _, types = _numba()
     if type(a) is KernelArg and a.span is not None:

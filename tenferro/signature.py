@@ -76,7 +76,7 @@ class Param:
         the kernel writes through them.
         """
         name = f" {self.name}" if self.name else ""
-        access = {True: " (written)", False: " (read)"}.get(self.writes, "")
+        access = "" if self.writes is None else " (written)" if self.writes else " (read)"
         what = self.c_type.spell() if self.c_type is not None else self.describe()
         return f"{what}{name}{access}"
 

@@ -33,7 +33,7 @@ from .tensor import Tensor
 __all__ = ["forget_fast_paths", "from_dlpack", "import_span", "tensor", "tensor_mut"]
 
 _get_ident = threading.get_ident
-_UNSEEN = object()  # a class no reader was decided for yet
+_UNSEEN: Any = object()  # a class no reader was decided for yet
 
 
 def import_span(

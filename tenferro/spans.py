@@ -74,6 +74,15 @@ class Span(Shaped):
         "state",
         "strides",
     )
+    ptr: int
+    strides: tuple[int, ...]
+    device: int
+    owner: Any
+    state: Any
+    producer_readonly: bool
+    lo: int
+    hi: int
+    _contiguous: bool
 
     @property
     def session(self) -> Any:

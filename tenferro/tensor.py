@@ -51,6 +51,13 @@ class Tensor(Shaped):
         "state",
         "strides",
     )
+    ptr: int
+    strides: tuple[int, ...]
+    device: int
+    context: Any
+    state: Any
+    _ref_span: weakref.ref[Span] | None
+    _mut_span: weakref.ref[Span] | None
 
     @property
     def session(self) -> Any:
@@ -82,7 +89,7 @@ class Tensor(Shaped):
             )
         return self
 
-    def span(self, cls: type) -> Span:
+    def span(self, cls: type[Span]) -> Span:
         """A `TensorRef` or `TensorMut` (``cls``) over the whole Tensor, for its session.
 
         The one made last while something still holds it: a Tensor's fields never change, so

@@ -68,7 +68,7 @@ def session_for(device: int | None = None) -> Session:
 
 def close_sessions() -> None:
     """Close the sessions this thread's operator calls made (each synchronizes first)."""
-    scope.close_kept(lambda key: key[0] == __name__)
+    scope.close_kept(lambda key: isinstance(key, tuple) and key[0] == __name__)
 
 
 def _device_of(args: tuple, kwargs: dict) -> int | None:

@@ -372,6 +372,32 @@ def test_a_graph_whose_executable_cannot_be_made_again_after_a_refused_update(st
     assert destroyed == [0x20, 0x10] and first_exec.destroyed == 1
 
 
+def test_an_update_capture_makes_a_graph_that_could_not_replay_replayable(stand_in_graph):
+    g, destroyed = stand_in_graph
+    _Exec.refuse, _Exec.fail = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", True
+    with pytest.raises(tf.BackendError):
+        g.take_update(0x20, 2, ["new owners"], "session.capture")
+    assert g._exec is None
+    _Exec.refuse, _Exec.fail = None, False
+    g.take_update(0x30, 2, ["newer owners"], "session.capture")
+    assert g._exec is _Exec.made[-1] and g._exec.graph == 0x30
+    assert (g.owners, g.node_count, g._graph) == (["newer owners"], 2, 0x30)
+    assert destroyed == [0x20, 0x10]  # the refused capture, then the graph it replaced
+    assert g.state.liveness.held == [["old owners"]]
+
+
+def test_an_update_capture_that_cannot_be_made_executable_is_destroyed(stand_in_graph):
+    g, destroyed = stand_in_graph
+    _Exec.refuse, _Exec.fail = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", True
+    with pytest.raises(tf.BackendError):
+        g.take_update(0x20, 2, ["new owners"], "session.capture")
+    _Exec.refuse = None  # still failing to make an executable graph
+    with pytest.raises(tf.BackendError, match=r"^session\.capture: the driver returned CUDA_"):
+        g.take_update(0x30, 2, ["newer owners"], "session.capture")
+    assert g._exec is None and destroyed == [0x20, 0x30]
+    assert (g.owners, g.node_count, g._graph) == (["old owners"], 2, 0x10)
+
+
 @pytest.mark.parametrize("count", [1, 3])
 def test_an_update_of_another_node_count_is_refused_before_the_driver(stand_in_graph, count):
     g, destroyed = stand_in_graph

@@ -39,7 +39,7 @@ _calls = 0
 _build_lock = threading.Lock()
 _build_thread: threading.Thread | None = None
 _record_calls: dict[int, tuple] = {}  # LaunchRecord address -> its cuLaunchKernel arguments
-_launch_kernel = cu.cuLaunchKernel if cu is not None else None
+_launch_kernel: Any = cu.cuLaunchKernel if cu is not None else None
 
 
 class LaunchRecord:

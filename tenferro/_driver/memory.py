@@ -78,12 +78,11 @@ def memset_d8_async(dst: int, value: int, nbytes: int, stream: int, op: str) -> 
     check(op, cu.cuMemsetD8Async(cu.CUdeviceptr(dst), value, nbytes, cu.CUstream(stream)))
 
 
-_PA = cu.CUpointer_attribute if cu is not None else None
 _POINTER_ATTRS = (
     [
-        _PA.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-        _PA.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        _PA.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED,
     ]
     if cu is not None
     else []

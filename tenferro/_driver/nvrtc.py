@@ -68,9 +68,9 @@ def nvrtc_compile(
         cubin = None
         if want_cubin:
             size = chk("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))
-            cubin = bytearray(size)
-            chk("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, cubin))
-            cubin = bytes(cubin)
+            cubin_buf = bytearray(size)
+            chk("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, cubin_buf))
+            cubin = bytes(cubin_buf)
         lowered = {}
         for e in name_expressions:
             low = chk("nvrtcGetLoweredName", nvrtc.nvrtcGetLoweredName(prog, e))

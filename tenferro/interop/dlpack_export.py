@@ -52,6 +52,9 @@ class _Export:
     """What one exported managed tensor keeps alive until its deleter runs."""
 
     __slots__ = ("consumer_stream", "managed", "tensor")
+    consumer_stream: int | None
+    managed: Any
+    tensor: Any
 
     def release(self) -> None:
         t, self.tensor = self.tensor, None

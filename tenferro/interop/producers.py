@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import ValidationError, negated_view, wrong_device
-from ..spans import ADDRESS_END, TensorMut, TensorRef, compact_layout, layouts
+from ..spans import ADDRESS_END, Span, TensorMut, TensorRef, compact_layout, layouts
 from .streams import LEGACY
 
 __all__ = [
@@ -181,7 +181,7 @@ KEPT_MAX = 1024  # entries a table
 
 def kept_compact(
     st: Any,
-    cls: type,
+    cls: type[Span],
     ptr: int,
     shape: tuple[int, ...],
     strides: tuple[int, ...],
@@ -210,7 +210,7 @@ def kept_compact(
 
 
 def compact_span(
-    st: Any, cls: type, x: Any, ptr: int, shape: tuple[int, ...], t: dtypes.ScalarType
+    st: Any, cls: type[Span], x: Any, ptr: int, shape: tuple[int, ...], t: dtypes.ScalarType
 ) -> Any:
     """A new span of ``cls`` over the compact array ``x``, kept for it.
 
