@@ -50,19 +50,33 @@ class Liveness:
         "spare_events",
         "stream",
     )
+    stream: int
+    fence_every: int
+    fence_bytes: int
+    held: list[Any]  # owners of work enqueued since the last fence
+    fences: collections.deque[tuple[int, list[Any]]]  # (event, owners), oldest first
+    spare_events: list[int]
+    retained: list[Any]
+    deferred_frees: list[int]
+    deferred_releases: list[Callable[[], None]]
+    spare_blocks: list[int]  # SPARE_BLOCK_BYTES each, free for the next Tensor
+    caches: list[Any]  # argument caches of Functions and NumbaKernels
+    allocated: int  # bytes allocated since the last fence
+    capturing: bool
+    generation: int
 
     def __init__(self, stream: int, fence_every: int, fence_bytes: int) -> None:
         self.stream = stream
         self.fence_every = fence_every
         self.fence_bytes = fence_bytes
-        self.held: list = []  # owners of work enqueued since the last fence
-        self.fences: collections.deque = collections.deque()  # (event, owners), oldest first
-        self.spare_events: list[int] = []
-        self.retained: list = []
-        self.deferred_frees: list[int] = []
-        self.deferred_releases: list[Callable[[], None]] = []
-        self.spare_blocks: list[int] = []  # SPARE_BLOCK_BYTES each, free for the next Tensor
-        self.caches: list = []  # argument caches of Functions and NumbaKernels
+        self.held = []  # owners of work enqueued since the last fence
+        self.fences = collections.deque()  # (event, owners), oldest first
+        self.spare_events = []
+        self.retained = []
+        self.deferred_frees = []
+        self.deferred_releases = []
+        self.spare_blocks = []  # SPARE_BLOCK_BYTES each, free for the next Tensor
+        self.caches = []  # argument caches of Functions and NumbaKernels
         self.allocated = 0  # bytes allocated since the last fence
         self.capturing = False
         self.generation = 0
@@ -114,14 +128,14 @@ class Liveness:
         while self.fences:
             self.spare_events.append(self.fences.popleft()[0])
 
-    def begin_capture(self) -> list:
+    def begin_capture(self) -> list[Any]:
         """Collect holds apart from here on, for a graph; returns the list to restore."""
         saved, self.held = self.held, []
         self.generation += 1
         self.capturing = True
         return saved
 
-    def end_capture(self, saved: list) -> list:
+    def end_capture(self, saved: list[Any]) -> list[Any]:
         """Stop collecting for the graph; returns what the captured work touched."""
         owners, self.held = self.held, saved
         self.generation += 1

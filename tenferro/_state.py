@@ -66,6 +66,27 @@ class SessionState:
         "stream_owner",
         "thread",
     )
+    session: Any
+    device: int
+    external_stream: int | None
+    stream_owner: Any
+    context: Any
+    previous_context: Any
+    stream: int
+    thread: int | None
+    is_open: bool
+    faulted: bool
+    fast_path_ok: bool
+    liveness: Liveness
+    ordering: StreamOrdering
+    recent_launches: collections.deque[str]
+    launch_count: int
+    launcher: Callable[[int], int]
+    active_timeline: Any
+    import_event: int
+    export_event: int
+    modules: list[Any]
+    resources: ResourceCache
 
     def __init__(
         self, session: Any, device: int, external_stream: int | None, stream_owner: Any
@@ -74,21 +95,21 @@ class SessionState:
         self.device = device
         self.external_stream = external_stream  # None: the session makes and owns its stream
         self.stream_owner = stream_owner  # an object with __cuda_stream__ keeps its stream alive
-        self.context: Any = None
-        self.previous_context: Any = None
+        self.context = None
+        self.previous_context = None
         self.stream = 0
-        self.thread: int | None = None
+        self.thread = None
         self.is_open = False
         self.faulted = False
         self.fast_path_ok = False
         self.liveness = Liveness(0, FENCE_EVERY, FENCE_BYTES)  # its stream is set on open
         self.ordering = StreamOrdering(0, 0, frozenset())  # producers to wait for; set on open
-        self.recent_launches: collections.deque[str] = collections.deque(maxlen=8)
+        self.recent_launches = collections.deque(maxlen=8)
         self.launch_count = 0
-        self.launcher: Callable[[int], int] = _driver.launcher()
-        self.active_timeline: Any = None  # inside s.timeline() only
+        self.launcher = _driver.launcher()
+        self.active_timeline = None  # inside s.timeline() only
         self.import_event = self.export_event = 0
-        self.modules: list[Any] = []
+        self.modules = []
         self.resources = ResourceCache()
 
     # --- scope -------------------------------------------------------------------------

@@ -160,7 +160,7 @@ class KernelArg:
 _KEPT_SCALARS = 256  # values a scalar factory keeps, each type (then it starts again)
 
 
-def _scalar_factory(name: str) -> Any:
+def _scalar_factory(name: str) -> Callable[[Any], KernelArg]:
     t = dtypes.by_name(name)
     op = f"tf.{name}"
     pack = dtypes.pack_scalar
@@ -221,6 +221,19 @@ def _scalar_factory(name: str) -> Any:
     return make
 
 
+# Each a function of one value: the typed scalar (a KernelArg), range-checked once.
+u8: Callable[[Any], KernelArg]
+u16: Callable[[Any], KernelArg]
+u32: Callable[[Any], KernelArg]
+u64: Callable[[Any], KernelArg]
+i8: Callable[[Any], KernelArg]
+i16: Callable[[Any], KernelArg]
+i32: Callable[[Any], KernelArg]
+i64: Callable[[Any], KernelArg]
+f16: Callable[[Any], KernelArg]
+bf16: Callable[[Any], KernelArg]
+f32: Callable[[Any], KernelArg]
+f64: Callable[[Any], KernelArg]
 u8, u16, u32, u64 = (_scalar_factory(n) for n in ("u8", "u16", "u32", "u64"))
 i8, i16, i32, i64 = (_scalar_factory(n) for n in ("i8", "i16", "i32", "i64"))
 f16, bf16, f32, f64 = (_scalar_factory(n) for n in ("f16", "bf16", "f32", "f64"))
@@ -351,7 +364,7 @@ class ParamBlockBase:
         self._mv[:] = saved
         self.forget()
 
-    def pack(self, args: list | tuple, state: Any, op: str) -> list:
+    def pack(self, args: list[Any] | tuple[Any, ...], state: Any, op: str) -> list[Span]:
         """Check every argument against the signature and write it; return the spans used.
 
         Refuses (`ValidationError`): a wrong count, a span of another or a closed session, a
@@ -372,8 +385,8 @@ class ParamBlockBase:
         kept = self.last_slot_spans if len(self.last_slot_spans) == len(prev) > 0 else None
         self.last_slot_spans = []
         self.last_args = ()
-        spans: list = []
-        slot_spans: list = []
+        spans: list[Span] = []
+        slot_spans: list[Span | None] = []
         new_span = False
         slot = self.pack_slot
         for i in range(self.nparams):
@@ -392,7 +405,7 @@ class ParamBlockBase:
         self.last_slot_spans = slot_spans
         return spans
 
-    def pack_new(self, args: list | tuple, state: Any, op: str) -> list:
+    def pack_new(self, args: list[Any] | tuple[Any, ...], state: Any, op: str) -> list[Span]:
         """`pack`, for a caller that found ``args`` are not the very objects packed last."""
         return self.pack(args, state, op)
 
@@ -424,6 +437,7 @@ class ParamBlock(ParamBlockBase):
         "writes",
     )
     _pack: Callable[[list[Any] | tuple[Any, ...], Any, str], list[Span]]
+    nparams: int  # set here, from the signature (ParamBlockBase declares it)
     pack_new: Callable[[list[Any] | tuple[Any, ...], Any, str], list[Span]]  # type: ignore[assignment]
     params: tuple[Param, ...]
     elements: tuple[frozenset[ScalarType] | None, ...]
@@ -458,7 +472,7 @@ class ParamBlock(ParamBlockBase):
         )
         self._pack, self.pack_new = self._straight_line_pack()
 
-    def pack(self, args: list | tuple, state: Any, op: str) -> list:
+    def pack(self, args: list[Any] | tuple[Any, ...], state: Any, op: str) -> list[Span]:
         """`ParamBlockBase.pack`, through straight-line code made for this signature."""
         return self._pack(args, state, op)
 
@@ -662,7 +676,7 @@ class ParamBlock(ParamBlockBase):
         return None
 
 
-def _span_positions(args: list | tuple) -> list[int]:
+def _span_positions(args: list[Any] | tuple[Any, ...]) -> list[int]:
     """The argument index of each span, in the order `ParamBlock.pack` collected them."""
     return [
         i
@@ -671,7 +685,7 @@ def _span_positions(args: list | tuple) -> list[int]:
     ]
 
 
-def check_overlaps(spans: list, args: list | tuple, op: str) -> None:
+def check_overlaps(spans: list[Span], args: list[Any] | tuple[Any, ...], op: str) -> None:
     """Refuse spans of one launch that overlap where one of them is writable."""
     n = len(spans)
     for i in range(n):

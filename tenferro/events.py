@@ -17,6 +17,9 @@ class Event:
     """
 
     __slots__ = ("__weakref__", "handle", "state", "timing")
+    handle: int
+    state: Any
+    timing: bool
 
     @property
     def session(self) -> Any:

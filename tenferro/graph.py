@@ -41,16 +41,21 @@ class Graph:
     """An instantiated CUDA graph of a session; replay with `launch`."""
 
     __slots__ = ("__weakref__", "_exec", "_graph", "node_count", "owners", "state")
+    state: Any
+    _graph: int
+    _exec: _driver.ExecutableGraph | None
+    node_count: int
+    owners: list[Any]
 
     @property
     def session(self) -> Any:
         """The `tenferro.Session` this graph belongs to."""
         return self.state.session
 
-    def __init__(self, state: Any, graph: int, node_count: int, owners: list) -> None:
+    def __init__(self, state: Any, graph: int, node_count: int, owners: list[Any]) -> None:
         self.state = state
         self._graph = 0
-        self._exec: _driver.ExecutableGraph | None = None
+        self._exec = None
         self.node_count = node_count
         self.owners = owners
         self._exec = _driver.ExecutableGraph(graph, state.stream, "session.capture")
@@ -80,7 +85,7 @@ class Graph:
         except KernelFault as exc:
             raise st.record_fault(exc) from None
 
-    def take_update(self, graph: int, node_count: int, owners: list, op: str) -> None:
+    def take_update(self, graph: int, node_count: int, owners: list[Any], op: str) -> None:
         """Take the node parameters of ``graph`` (a new capture of the same work) and its owners.
 
         Refused (`ValidationError`) when the work is not the same: another node count (seen
@@ -150,6 +155,10 @@ class Capture:
     """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends."""
 
     __slots__ = ("_saved_holds", "graph", "state", "update")
+    _saved_holds: list[Any] | None
+    graph: Graph | None
+    state: Any
+    update: Graph | None
 
     @property
     def session(self) -> Any:
@@ -159,7 +168,7 @@ class Capture:
     def __init__(self, state: Any, update: Graph | None = None) -> None:
         self.state = state
         self.update = update
-        self.graph: Graph | None = None
+        self.graph = None
 
     def __enter__(self) -> Capture:
         st = self.state

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import _driver
 from .errors import KernelFault, ValidationError
@@ -18,13 +19,18 @@ from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
 
+if TYPE_CHECKING:  # args is imported where it is used (BoundLaunch.update)
+    from .args import ParamBlockBase
+
 __all__ = ["BoundLaunch", "bind", "launch", "checked_function", "launch_checked"]
 
 _get_ident = threading.get_ident
 _is = operator.is_
 
 
-def checked_function(st: Any, fn: Any, config: Any, args: list | tuple, op: str) -> Function:
+def checked_function(
+    st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, ...], op: str
+) -> Function:
     """The Function to launch, with the session, fn, config and args checked."""
     st.check_use(op)
     if not isinstance(args, (list, tuple)):
@@ -51,7 +57,7 @@ def checked_function(st: Any, fn: Any, config: Any, args: list | tuple, op: str)
     return fn
 
 
-def launch(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
+def launch(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, ...]) -> None:
     """``s.launch``: check and enqueue one launch on the session's stream; only enqueues.
 
     Every check of the design runs, but nothing is checked twice: a Function remembers its
@@ -94,7 +100,7 @@ def launch(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
         raise
 
 
-def launch_checked(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
+def launch_checked(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, ...]) -> None:
     """`launch` when anything is new: a function, a config, a capture, another thread."""
     op = "session.launch"
     fn = checked_function(st, fn, config, args, op)
@@ -108,7 +114,7 @@ def launch_checked(st: Any, fn: Any, config: Any, args: list | tuple) -> None:
     st.enqueue(op, fn.name, config, launcher, fn.record_address, spans)
 
 
-def bind(st: Any, fn: Any, config: Any, args: list | tuple) -> BoundLaunch:
+def bind(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, ...]) -> BoundLaunch:
     """``s.bind``: every check and the packing of a launch, once; a NumbaKernel specializes."""
     op = "session.bind"
     fn = checked_function(st, fn, config, args, op)
@@ -138,6 +144,17 @@ class BoundLaunch:
         "spans",
         "state",
     )
+    state: Any
+    fn: Function
+    config: LaunchConfig
+    _param_block: ParamBlockBase
+    args: list[Any]
+    spans: list[Span]
+    _record: Any
+    _record_address: int
+    _name: str
+    _launch: Callable[[int], int]
+    _held_generation: int
 
     @property
     def session(self) -> Any:
@@ -145,7 +162,7 @@ class BoundLaunch:
         return self.state.session
 
     def __init__(
-        self, state: Any, fn: Any, config: LaunchConfig, args: list | tuple, op: str
+        self, state: Any, fn: Any, config: LaunchConfig, args: list[Any] | tuple[Any, ...], op: str
     ) -> None:
         self.state = state
         self.fn = fn

@@ -194,7 +194,7 @@ class LaunchConfig:
         ):
             object.__setattr__(self, name, value)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (
             _config,
             (self.grid, self.block, self.shared_mem_bytes, self.cluster, self.cooperative),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _driver
 from .compiler import compile_cuda
@@ -20,6 +20,9 @@ from .launch_config import LaunchConfig, check_against
 from .signature import Signature, display_name, from_driver_layout, kernels_html, parse_ptx
 from .spans import DeviceBytes, TensorMut
 from .variables import Variable, listed, module_variable, ptx_variables
+
+if TYPE_CHECKING:  # args is imported where a Function is made (see Function.__init__)
+    from .args import ParamBlockBase
 
 __all__ = ["Function", "KernelAttributes", "Module", "Occupancy"]
 
@@ -49,6 +52,14 @@ class Module:
         "state",
         "variables",
     )
+    state: Any
+    compile_log: str
+    variables: dict[str, Variable]
+    kind: str
+    signatures: dict[str, Signature]
+    lowered_names: dict[str, str]
+    _functions: dict[str, Function]
+    handle: int
 
     @property
     def session(self) -> Any:
@@ -72,7 +83,7 @@ class Module:
         self.kind = kind
         self.signatures = signatures
         self.lowered_names = lowered_names or {}
-        self._functions: dict[str, Function] = {}
+        self._functions = {}
         try:
             self.handle = _driver.module_load_data(image, op)
         except BackendError as exc:
@@ -252,6 +263,23 @@ class Function:
         "state",
         "static_shared_bytes",
     )
+    module: Any
+    state: Any
+    name: str
+    handle: int
+    signature: Signature
+    param_block: ParamBlockBase
+    max_threads_per_block: int
+    static_shared_bytes: int
+    dynamic_shared_limit: int
+    device_shared_optin: int
+    checked_configs: set[LaunchConfig]
+    last_config: Any
+    record: Any
+    record_address: int
+    record_config: Any
+    grid_sync: bool
+    _compiled_cluster: Any
 
     @property
     def session(self) -> Any:
@@ -280,17 +308,17 @@ class Function:
         self.static_shared_bytes = _driver.func_attribute(handle, "SHARED_SIZE_BYTES")
         self.dynamic_shared_limit = DEFAULT_SHARED_LIMIT - self.static_shared_bytes
         self.device_shared_optin = self.state.context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
-        self.checked_configs: set = set()
+        self.checked_configs = set()
         # The launcher's record for the last config checked (handle, grid, block, shared
         # memory, stream, parameter block) and its address, rebuilt when the config changes.
         # Until a config has been checked, `last_config` is a private object no caller can
         # pass, so `session.launch` never takes its fast path with an unset record.
-        self.last_config: Any = _NO_CONFIG
-        self.record: Any = None
-        self.record_address: int = 0
-        self.record_config: Any = _NO_CONFIG  # the config `record` was made for
+        self.last_config = _NO_CONFIG
+        self.record = None
+        self.record_address = 0
+        self.record_config = _NO_CONFIG  # the config `record` was made for
         self.grid_sync = grid_sync  # synchronizes the whole grid: launched cooperatively only
-        self._compiled_cluster: Any = _UNREAD
+        self._compiled_cluster = _UNREAD
         # The session makes the parameter block forget its last arguments when it synchronizes.
         self.state.liveness.add_cache(self.param_block)
 

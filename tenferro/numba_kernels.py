@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,7 +29,10 @@ from .args import KernelArg, ParamBlockBase
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
-from .spans import DeviceBytes, TensorMut, TensorRef
+from .spans import DeviceBytes, Span, TensorMut, TensorRef
+
+if TYPE_CHECKING:  # module is imported where a Function is made (compile_for_session)
+    from .module import Function
 
 __all__ = ["NumbaKernel", "NumbaParamBlock", "numba_kernel", "numba_layout", "written_arrays"]
 
@@ -57,13 +60,15 @@ def scalar_type_of(nb_type: Any, op: str) -> ScalarType:
         raise ValidationError(f"{op}: numba type {nb_type} has no device scalar type") from None
 
 
-def numba_layout(argtypes: tuple, name: str, op: str) -> tuple[list[tuple], Signature]:
+def numba_layout(
+    argtypes: tuple[Any, ...], name: str, op: str
+) -> tuple[list[tuple[int, ScalarType, int, str, int]], Signature]:
     """Per argument, how it is packed; and the flat kernel parameter list numba emits.
 
     Refused: argument types tenferro does not pack (records, tuples, pointers, ...).
     """
     _, types = _numba()
-    specs: list[tuple] = []
+    specs: list[tuple[int, ScalarType, int, str, int]] = []
     params: list[Param] = []
     for i, ty in enumerate(argtypes):
         if isinstance(ty, types.Array):
@@ -185,10 +190,25 @@ class NumbaParamBlock(ParamBlockBase):
         "takes_quickly",
         "writes",
     )
+    name: str
+    # Per argument: (kind, scalar type, ndim, numba layout, index of its first parameter).
+    specs: list[tuple[int, ScalarType, int, str, int]]
+    writes: frozenset[int]
+    nparams: int  # set here, from the specs (ParamBlockBase declares it)
+    last_args: tuple[Any, ...]  # set in pack too (ParamBlockBase declares it)
+    structs: tuple[struct.Struct | None, ...]
+    scalar_places: tuple[tuple[type, np.ndarray] | None, ...]
+    _last_arrays: list[Any]
+    takes_quickly: Callable[[list[Any] | tuple[Any, ...]], bool]
+    _quick_pack: Callable[[list[Any] | tuple[Any, ...]], bool]
     what = "numba kernel"
 
     def __init__(
-        self, name: str, specs: list[tuple], sig: Signature, writes: Collection[int]
+        self,
+        name: str,
+        specs: list[tuple[int, ScalarType, int, str, int]],
+        sig: Signature,
+        writes: Collection[int],
     ) -> None:
         super().__init__(sig)
         self.name = name
@@ -271,7 +291,7 @@ class NumbaParamBlock(ParamBlockBase):
         )
         return consts["takes_quickly"], consts["quick_pack"]
 
-    def pack(self, args: list | tuple, state: Any, op: str) -> list:
+    def pack(self, args: list[Any] | tuple[Any, ...], state: Any, op: str) -> list[Span]:
         """`ParamBlockBase.pack`; new numpy scalars of their own types alone are just written."""
         if self._quick_pack(args):
             self.last_args = tuple(args)  # these scalars are now the ones packed
@@ -363,6 +383,8 @@ class _NumbaModule:
     """Holds a compiled numba kernel alive for its Functions; numba owns the loaded image."""
 
     __slots__ = ("__weakref__", "kernel", "state")
+    state: Any
+    kernel: Any
 
     def __init__(self, state: Any, kernel: Any) -> None:
         self.state = state
@@ -434,6 +456,12 @@ class NumbaKernel:
         "specializations",
         "state",
     )
+    state: Any
+    dispatcher: Any
+    name: str
+    specializations: dict[tuple[Any, ...], Function]  # numba argument types -> Function
+    _by_quick_key: dict[tuple[Any, ...], Function]
+    _last: tuple[tuple[Any, ...], Any]  # (the last arguments, their Function or None)
 
     @property
     def session(self) -> Any:
@@ -444,18 +472,18 @@ class NumbaKernel:
         self.state = state
         self.dispatcher = dispatcher
         self.name = name
-        self.specializations: dict[tuple, Any] = {}
+        self.specializations = {}
         # The same Functions by a key read off the arguments without building numba types
         # (microseconds an argument): what a launch with new argument objects looks up.
-        self._by_quick_key: dict[tuple, Any] = {}
-        self._last: tuple = ((), None)
+        self._by_quick_key = {}
+        self._last = ((), None)
         state.liveness.add_cache(self)
 
     def forget(self) -> None:
         """Drop the remembered last arguments (the session calls this when it synchronizes)."""
         self._last = ((), None)
 
-    def known_function(self, args: list | tuple) -> Any:
+    def known_function(self, args: list[Any] | tuple[Any, ...]) -> Function | None:
         """The Function already compiled for these arguments' types, or None (nothing checked).
 
         What a launch looks up first: the last arguments' Function (the same objects, or its
@@ -473,7 +501,7 @@ class NumbaKernel:
             self._last = (tuple(args), fn)
         return fn
 
-    def function_for(self, args: list | tuple, op: str) -> Any:
+    def function_for(self, args: list[Any] | tuple[Any, ...], op: str) -> Function:
         """The compiled Function for these arguments' types (compiled once per type key)."""
         fn = self.known_function(args)
         if fn is not None:
@@ -524,7 +552,7 @@ def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
     )
 
 
-def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Any:
+def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: str) -> Function:
     """Compile ``dispatcher`` for ``sig`` (argument types or a signature string) in ``session``.
 
     A kernel that uses grid sync launches only with ``cooperative=True``. Refused: kernels
@@ -562,7 +590,7 @@ def compile_for_session(state: Any, dispatcher: Any, sig: Any, name: str, op: st
     )
 
 
-def numba_kernel(st: Any, kernel: Any, signature: Any = None) -> Any:
+def numba_kernel(st: Any, kernel: Any, signature: Any = None) -> NumbaKernel | Function:
     """A numba-cuda kernel for this session, launched by `launch` like any Function.
 
     ``kernel`` is a ``@cuda.jit`` dispatcher or a plain Python function. With a numba

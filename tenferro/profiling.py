@@ -61,6 +61,10 @@ class Range:
     """The context manager ``s.range(name)`` returns; entered once."""
 
     __slots__ = ("color", "entered", "name", "state")
+    state: Any
+    name: str
+    color: int | None
+    entered: bool
 
     @property
     def session(self) -> Any:

@@ -263,7 +263,9 @@ class Session:
         """
         return numba_kernels.numba_kernel(self._state, kernel, signature)
 
-    def launch(self, fn: Function | NumbaKernel, config: LaunchConfig, args: list | tuple) -> None:
+    def launch(
+        self, fn: Function | NumbaKernel, config: LaunchConfig, args: list[Any] | tuple[Any, ...]
+    ) -> None:
         """Check every argument against the kernel's parameters and enqueue; only enqueues.
 
         Raises:
@@ -274,7 +276,7 @@ class Session:
 
     @_reports_faults
     def bind(
-        self, fn: Function | NumbaKernel, config: LaunchConfig, args: list | tuple
+        self, fn: Function | NumbaKernel, config: LaunchConfig, args: list[Any] | tuple[Any, ...]
     ) -> BoundLaunch:
         """Check and pack a launch once; calling the result enqueues it with no further work."""
         return launch.bind(self._state, fn, config, args)

@@ -11,6 +11,7 @@ stride for writing, alignment.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import dtypes
@@ -263,7 +264,7 @@ def _span_import(cls: type, op: str) -> Any:
     return span
 
 
-_forgets: list = []
+_forgets: list[Callable[[], None]] = []
 
 
 def forget_fast_paths() -> None:
@@ -275,10 +276,10 @@ def forget_fast_paths() -> None:
         forget()
 
 
-tensor = _span_import(TensorRef, "session.tensor")
+tensor: Callable[..., TensorRef] = _span_import(TensorRef, "session.tensor")
 tensor.__name__ = tensor.__qualname__ = "tensor"
 tensor.__doc__ = "A read-only span over a Tensor or a CUDA Array Interface / DLPack device array."
-tensor_mut = _span_import(TensorMut, "session.tensor_mut")
+tensor_mut: Callable[..., TensorMut] = _span_import(TensorMut, "session.tensor_mut")
 tensor_mut.__name__ = tensor_mut.__qualname__ = "tensor_mut"
 tensor_mut.__doc__ = (
     "An exclusive, writable span; refuses producers that marked their array read-only."

@@ -75,7 +75,10 @@ class Span(Shaped):
         "strides",
     )
     ptr: int
+    shape: tuple[int, ...]
     strides: tuple[int, ...]
+    scalar_type: ScalarType
+    nbytes: int
     device: int
     owner: Any
     state: Any
@@ -221,7 +224,7 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 Layout = tuple[tuple[int, ...], tuple[int, ...], int]
 # The compact layouts made so far, per (shape, itemsize): shapes repeat call to call. Read it
 # inline (``layouts.get(key) or compact_layout(...)``) where a call costs too much.
-layouts: dict[tuple, Layout] = {}
+layouts: dict[tuple[tuple[int, ...], int], Layout] = {}
 LAYOUTS_MAX = 4096  # past it the table starts again
 
 

@@ -145,7 +145,7 @@ class Tensor(Shaped):
             pass
 
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         """CUDA Array Interface v3.
 
         ``stream`` is the session's stream while it is open (the consumer orders itself after

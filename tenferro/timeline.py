@@ -50,7 +50,7 @@ class Timeline:
         self.state = state
         self.max_launches = max_launches
         self.launches: list[TimedLaunch] = []
-        self.untimed = 0  # launches past max_launches, enqueued but not timed
+        self.untimed: int = 0  # launches past max_launches, enqueued but not timed
         self._pending: list[tuple[int, int, str, Any]] = []  # (start, end, kernel, config)
         self._start = 0  # the start event of the launch being enqueued
         self._phase = "new"

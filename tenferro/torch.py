@@ -33,10 +33,10 @@ from typing import Any
 
 try:
     import torch
-except ImportError as exc:  # pragma: no cover - the message is what a user without torch sees
+except ImportError as _exc:  # pragma: no cover - the message is what a user without torch sees
     raise ImportError(
         "tenferro.torch needs PyTorch (pip install torch); the rest of tenferro works without it"
-    ) from exc
+    ) from _exc
 
 from . import _driver, scope
 from .errors import ValidationError

@@ -175,7 +175,7 @@ def _cupy_reader(cupy: Any) -> Reader:
 # weakly: the same torch tensor given again with the same fields gets the same span object,
 # so a launch given the very objects of its previous call packs nothing again. Each table is
 # made once (the span imports of `tenferro.span_import` bind it) and cleared in place.
-kept: dict[type, dict[int, weakref.ref]] = {TensorRef: {}, TensorMut: {}}
+kept: dict[type, dict[int, weakref.ref[Span]]] = {TensorRef: {}, TensorMut: {}}
 KEPT_MAX = 1024  # entries a table
 
 
@@ -224,7 +224,7 @@ def compact_span(
     )
 
 
-def keep(table: dict[int, weakref.ref], key: int, span: Any) -> Any:
+def keep(table: dict[int, weakref.ref[Span]], key: int, span: Any) -> Any:
     """Keep ``span`` in ``table`` (one of `kept`) as the span of the array whose id is ``key``."""
     if len(table) >= KEPT_MAX:  # entries of dead spans: dropped together, now and then
         table.clear()

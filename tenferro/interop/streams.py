@@ -139,12 +139,16 @@ class StreamOrdering:
     """
 
     __slots__ = ("event", "in_order_with", "pending", "stream")
+    stream: int
+    event: int
+    in_order_with: frozenset[int]  # streams the driver orders with ours: no event
+    pending: list[int]
 
     def __init__(self, stream: int, event: int, in_order_with: frozenset[int]) -> None:
         self.stream = stream
         self.event = event
         self.in_order_with = in_order_with  # streams the driver orders with ours: no event
-        self.pending: list[int] = []
+        self.pending = []
 
     def defer(self, producer: int) -> None:
         """Order the session's stream after ``producer`` before its next enqueue."""
