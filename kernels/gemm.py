@@ -42,7 +42,23 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     bf16 inputs multiply on the tensor cores with float32 accumulation; where K and N are
     multiples of 8 and a and b are 16-byte aligned, through wgmma on Hopper (b transposed
     first into a temporary (N, K) copy) and through the pipelined mma.sync kernel (cp.async,
-    ldmatrix) elsewhere, else through a simpler one that takes any shape.
+    ldmatrix) elsewhere, else through a simpler one that takes any shape. Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        out: The f32 (M, N) result: a tf.Tensor or anything ``s.tensor_mut`` accepts.
+        a: The (M, K) left factor, f32 or bf16: a tf.Tensor or anything ``s.tensor`` accepts.
+        b: The (K, N) right factor, of ``a``'s dtype.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, an array is refused as a span, the shapes
+            or dtypes do not match, a dimension is 2**31 or more, or M is past the grid's
+            reach.
+        RuntimeStateError: The session is closed or used from another thread, NVRTC is
+            missing (a session's first call compiles the kernels), or the wgmma path would
+            allocate its copy of ``b`` during a capture.
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
     """
     op = "kernels.matmul"
     check_session(s, op)

@@ -31,7 +31,24 @@ _EXPRS = (*_FILL.values(), *_CAST.values(), *_AXPY.values())
 
 
 def fill(s: Any, y: Any, value: Any) -> None:
-    """Set every element of ``y`` to ``value`` (range-checked into y's dtype)."""
+    """Set every element of ``y`` to ``value`` (range-checked into y's dtype).
+
+    Only enqueues, as every ready kernel does.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        y: The array to fill, f32, f64, i32, u32, i64 or u8: a tf.Tensor or anything
+            ``s.tensor_mut`` accepts.
+        value: A Python or numpy number that ``y``'s dtype holds.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, ``y`` is refused as a writable span or is
+            of another dtype, or ``value`` is not a number or does not fit ``y``'s dtype.
+        RuntimeStateError: The session is closed or used from another thread, or NVRTC is
+            missing (a session's first call compiles the kernels).
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
+    """
     op = "kernels.fill"
     check_session(s, op)
     ym = s.tensor_mut(y)
@@ -43,7 +60,25 @@ def fill(s: Any, y: Any, value: Any) -> None:
 
 
 def cast(s: Any, out: Any, x: Any) -> None:
-    """``out[i] = x[i]`` converted to out's dtype (round to nearest even, as numpy's astype)."""
+    """``out[i] = x[i]`` converted to out's dtype (round to nearest even, as numpy's astype).
+
+    The conversions provided: f32 to and from f16, bf16, f64 and i32.
+    Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        out: The result, of ``x``'s element count: a tf.Tensor or anything ``s.tensor_mut``
+            accepts.
+        x: The source: a tf.Tensor or anything ``s.tensor`` accepts.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, an array is refused as a span, the
+            element counts differ, or the conversion is not provided.
+        RuntimeStateError: The session is closed or used from another thread, or NVRTC is
+            missing (a session's first call compiles the kernels).
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
+    """
     op = "kernels.cast"
     check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
@@ -60,7 +95,25 @@ def cast(s: Any, out: Any, x: Any) -> None:
 
 
 def axpy(s: Any, y: Any, x: Any, a: Any) -> None:
-    """``y = a * x + y`` elementwise; y and x of one dtype (f32 or f64) and one size."""
+    """``y = a * x + y`` elementwise; y and x of one dtype (f32 or f64) and one size.
+
+    Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        y: The array updated in place: a tf.Tensor or anything ``s.tensor_mut`` accepts.
+        x: The array added: a tf.Tensor or anything ``s.tensor`` accepts.
+        a: The factor, a Python or numpy number, as a scalar of ``y``'s dtype.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, an array is refused as a span, the sizes
+            or dtypes differ, the dtype is not f32 or f64, or ``a`` is not a number or does
+            not fit the dtype.
+        RuntimeStateError: The session is closed or used from another thread, or NVRTC is
+            missing (a session's first call compiles the kernels).
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
+    """
     op = "kernels.axpy"
     check_session(s, op)
     ym, xr = s.tensor_mut(y), s.tensor(x)
@@ -96,7 +149,26 @@ def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
 
     The kernel is generated, compiled by NVRTC once (disk-cached) and kept by the session. An
     unknown name is a ValidationError; an expression NVRTC rejects is a CompileError with its
-    log.
+    log. Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        expr: The CUDA C expression of one element.
+        out: The result, f32 or f64: a tf.Tensor or anything ``s.tensor_mut`` accepts.
+        **operands: The names ``expr`` uses: arrays (anything ``s.tensor`` accepts) of
+            ``out``'s dtype and size, or numbers (scalars of ``out``'s dtype).
+
+    Raises:
+        ValidationError: ``s`` is not a Session, ``expr`` is empty or not a str, ``out`` is
+            not f32 or f64, ``expr`` names something that is neither an operand nor a known
+            math function, an operand's name is not usable (one ending in ``_``, a math
+            function's), an array is refused as a span or differs from ``out`` in size or
+            dtype, or a number does not fit ``out``'s dtype.
+        CompileError: NVRTC rejected ``expr``; the exception carries its log.
+        RuntimeStateError: The session is closed or used from another thread, or NVRTC is
+            missing.
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
     """
     op = "kernels.elementwise"
     check_session(s, op)

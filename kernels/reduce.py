@@ -46,6 +46,23 @@ def sum(s: Any, x: Any) -> Any:
 
     The blocks' sums are added in block order, so a sum of the same x on the same device is
     the same to the last bit every run; it can differ from numpy's in the last bits.
+    Only enqueues: read the result with ``s.download`` or ``.to_host()``.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        x: The f32 or f64 array, any shape: a tf.Tensor or anything ``s.tensor`` accepts.
+
+    Returns:
+        A new 0-d `Tensor` of ``x``'s dtype.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, ``x`` is refused as a span, or its dtype
+            is not f32 or f64.
+        RuntimeStateError: The session is closed, used from another thread, or capturing
+            (the result is a new allocation); or NVRTC is missing (a session's first call
+            compiles the kernels).
+        BackendError: The driver refused an allocation, the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
     """
     return _reduce(s, "sum", x, "kernels.sum")
 
@@ -53,6 +70,24 @@ def sum(s: Any, x: Any) -> Any:
 def max(s: Any, x: Any) -> Any:
     """The largest element of ``x`` (f32 or f64) as a new 0-d Tensor; empty x is refused.
 
-    NaN elements are skipped (``fmax``), unlike numpy's ``max``.
+    NaN elements are skipped (``fmax``), unlike numpy's ``max``. Only enqueues: read the
+    result with ``s.download`` or ``.to_host()``.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        x: The f32 or f64 array, any shape, not empty: a tf.Tensor or anything ``s.tensor``
+            accepts.
+
+    Returns:
+        A new 0-d `Tensor` of ``x``'s dtype.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, ``x`` is refused as a span, its dtype is
+            not f32 or f64, or it is empty.
+        RuntimeStateError: The session is closed, used from another thread, or capturing
+            (the result is a new allocation); or NVRTC is missing (a session's first call
+            compiles the kernels).
+        BackendError: The driver refused an allocation, the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
     """
     return _reduce(s, "max", x, "kernels.max")

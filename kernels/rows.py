@@ -88,7 +88,24 @@ def _two_d(span: Any, op: str, name: str) -> tuple[int, int]:
 
 
 def softmax(s: Any, out: Any, x: Any) -> None:
-    """``out = exp(x - max) / sum(exp(x - max))`` along each row of a 2-D f32 ``x``."""
+    """``out = exp(x - max) / sum(exp(x - max))`` along each row of a 2-D f32 ``x``.
+
+    Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        out: The result, of ``x``'s shape and dtype: a tf.Tensor or anything
+            ``s.tensor_mut`` accepts.
+        x: The (rows, cols) f32 input: a tf.Tensor or anything ``s.tensor`` accepts.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, an array is refused as a span, ``x`` is
+            not 2-D f32 (or a dimension is 2**32 or more), or ``out`` does not match it.
+        RuntimeStateError: The session is closed or used from another thread, or NVRTC is
+            missing (a session's first call compiles the kernels).
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
+    """
     op = "kernels.softmax"
     check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
@@ -137,7 +154,25 @@ def _softmax_plan(s: Any, rows: int, cols: int, vec: bool) -> tuple:
 
 
 def transpose(s: Any, out: Any, x: Any) -> None:
-    """``out = x.T`` for a 2-D ``x`` (f32, f64, i32, f16 or bf16) through shared-memory tiles."""
+    """``out = x.T`` for a 2-D ``x`` (f32, f64, i32, f16 or bf16) through shared-memory tiles.
+
+    Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        out: The (cols, rows) result, of ``x``'s dtype: a tf.Tensor or anything
+            ``s.tensor_mut`` accepts.
+        x: The (rows, cols) input: a tf.Tensor or anything ``s.tensor`` accepts.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, an array is refused as a span, ``x`` is
+            not 2-D or of another dtype, ``out`` is not its transpose's shape and dtype, a
+            dimension is 2**32 or more, or ``x`` has more than 65535 * 64 rows.
+        RuntimeStateError: The session is closed or used from another thread, or NVRTC is
+            missing (a session's first call compiles the kernels).
+        BackendError: The driver refused the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
+    """
     op = "kernels.transpose"
     check_session(s, op)
     om, xr = s.tensor_mut(out), s.tensor(x)
@@ -170,7 +205,23 @@ def cumsum(s: Any, out: Any, x: Any) -> None:
     elements: 8192, 4096 for f64);
     float sums are added in tile order but not left to right, so they can differ from
     numpy's in the last bits.
-    i32 wraps on overflow, as in C.
+    i32 wraps on overflow, as in C. Only enqueues.
+
+    Args:
+        s: The open `tf.Session` to launch on.
+        out: The result, of ``x``'s shape and dtype: a tf.Tensor or anything
+            ``s.tensor_mut`` accepts.
+        x: The 1-D input: a tf.Tensor or anything ``s.tensor`` accepts.
+
+    Raises:
+        ValidationError: ``s`` is not a Session, an array is refused as a span, ``x`` is
+            not 1-D f32, f64 or i32, ``out`` does not match it, or ``x`` has more
+            elements than the grid's tiles hold.
+        RuntimeStateError: The session is closed or used from another thread, NVRTC is
+            missing (a session's first call compiles the kernels), or the session's scan
+            workspace must grow during a capture (make a call of that size before it).
+        BackendError: The driver refused an allocation, the load or the launch.
+        KernelFault: A kernel fault has stopped the session.
     """
     op = "kernels.cumsum"
     check_session(s, op)

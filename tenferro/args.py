@@ -91,7 +91,21 @@ class KernelArg:
 
     @classmethod
     def scalar(cls, value: Any, dtype: Any) -> KernelArg:
-        """A scalar of ``dtype`` (a numpy dtype or a name like ``"u32"``); range-checked."""
+        """A scalar of ``dtype`` (a numpy dtype or a name like ``"u32"``); range-checked.
+
+        Args:
+            value: A Python or numpy number; an integer type takes integers only.
+            dtype: A numpy dtype (or what ``np.dtype`` accepts), or a tenferro type name
+                (``"u32"``, ``"bf16"``).
+
+        Returns:
+            The typed scalar, packed now.
+
+        Raises:
+            ValidationError: ``dtype`` is unknown or not a device type, or ``value`` does not
+                fit it (out of range, a fraction for an integer type, a finite float that
+                would round to infinity).
+        """
         t = (
             dtypes.by_name(dtype)
             if isinstance(dtype, str)
@@ -101,7 +115,18 @@ class KernelArg:
 
     @classmethod
     def pointer(cls, span: Span) -> KernelArg:
-        """A device pointer to a span's memory (what passing the span itself does)."""
+        """A device pointer to a span's memory (what passing the span itself does).
+
+        Args:
+            span: A `TensorRef`, `TensorMut` or `DeviceBytes`; its session, writability and
+                element type are checked at launch as the span's own would be.
+
+        Returns:
+            The pointer argument, which holds ``span``.
+
+        Raises:
+            ValidationError: ``span`` is not a span.
+        """
         if not isinstance(span, Span):
             raise ValidationError(
                 f"KernelArg.pointer: span must be a TensorRef, TensorMut or "
@@ -120,6 +145,18 @@ class KernelArg:
         ``align``, when given, is the struct's alignment in bytes (a power of two up to 256);
         a launch then also checks it against the parameter's where the signature says it (PTX
         and CUDA C). None leaves the alignment to the parameter.
+
+        Args:
+            data: The struct's bytes: bytes, bytearray, memoryview, a numpy array (its raw
+                bytes, as ``tobytes()`` gives them) or a ``ctypes.Structure``.
+            align: The struct's alignment in bytes, or None.
+
+        Returns:
+            The by-value argument, a copy of the bytes.
+
+        Raises:
+            ValidationError: ``align`` is not None or a power of two from 1 to 256, or
+                ``data`` is of another type or empty.
         """
         op = "KernelArg.struct"
         if align is not None and (

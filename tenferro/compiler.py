@@ -47,7 +47,12 @@ _stats = {"hits": 0, "misses": 0}
 
 
 def cache_stats() -> dict[str, int]:
-    """Hits and misses of the compile cache in this process, since import."""
+    """Hits and misses of the compile cache in this process, since import.
+
+    Returns:
+        ``{"hits": ..., "misses": ...}``, a copy: compiles served from the disk cache and
+            compiles NVRTC ran (``cache=False`` ones included).
+    """
     with _stats_lock:
         return dict(_stats)
 
@@ -145,6 +150,30 @@ def compile_cuda(
     Refused: a source that is neither, a file that cannot be read as UTF-8 text, an unknown
     target, an arch that is not ``sm_NN``/``compute_NN``, ``-arch`` inside ``options``. A
     failed compile raises `CompileError` carrying NVRTC's log.
+
+    Args:
+        source: CUDA C text, or a kernel file's path.
+        arch: ``sm_NN`` or ``compute_NN``, with an optional ``a`` or ``f`` suffix
+            (``"sm_90a"``); PTX is made for the matching ``compute_NN``.
+        target: ``"cubin"`` (needs a real ``sm_NN`` arch) or ``"ptx"``.
+        options: NVRTC options, a str or a list of str (``["-I/path", "-DN=4"]``); not
+            ``-arch``. ``-std=c++17`` and the CUDA headers' folders are always given.
+        name_expressions: C++ names to instantiate and lower (``"axpy<float>"``), a str or a
+            list of str; their entries are in ``lowered_names``.
+        name: The file name NVRTC reports in its log (a path's own name by default).
+        cache: False to compile even where the disk cache holds the result, and leave
+            the cache unwritten.
+
+    Returns:
+        A `CompiledCuda`: the image, the PTX, the log, the kernels' signatures and
+            variables, and whether it came from the cache.
+
+    Raises:
+        ValidationError: ``source``, ``name``, ``target``, ``arch``, ``options`` or
+            ``name_expressions`` is refused (above), or a source file cannot be read.
+        CompileError: NVRTC refused the source; ``log`` is its log.
+        RuntimeStateError: NVRTC is not installed.
+        BackendError: An NVRTC call failed other than by refusing the source.
     """
     op = "compile_cuda"
     folder = None

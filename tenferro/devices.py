@@ -16,7 +16,16 @@ __all__ = ["device_count", "is_available", "local_device"]
 
 
 def device_count() -> int:
-    """How many devices the driver sees in this process (after ``CUDA_VISIBLE_DEVICES``)."""
+    """How many devices the driver sees in this process (after ``CUDA_VISIBLE_DEVICES``).
+
+    Returns:
+        The device count; device ordinals run from 0 to one less.
+
+    Raises:
+        RuntimeStateError: No CUDA driver (or its Python bindings), or the driver failed to
+            initialise or found no GPU.
+        BackendError: The driver refused the count.
+    """
     _driver.ensure_init("tenferro.device_count")
     return _driver.device_count()
 
@@ -26,6 +35,10 @@ def is_available() -> bool:
 
     The probe to ask before opening a `Session` (which raises `RuntimeStateError` with the
     reason where this is False; ``python -m tenferro info`` prints what was found).
+
+    Returns:
+        True where the driver initialised and sees a device; False on any failure (no
+            CUDA Python bindings, no driver, a driver that fails to initialise, no device).
     """
     try:
         _driver.ensure_init("tenferro.is_available")
@@ -40,6 +53,18 @@ def local_device(env: str = "LOCAL_RANK", default: int = 0) -> int:
     Refused: a value that is not an integer >= 0 (ValidationError), and one past the devices
     this process sees (RuntimeStateError, naming both; one process a GPU wants as many GPUs
     visible as there are local ranks).
+
+    Args:
+        env: The environment variable to read (torchrun's ``LOCAL_RANK`` by default).
+        default: The ordinal where ``env`` is not set.
+
+    Returns:
+        The device ordinal, below `device_count`.
+
+    Raises:
+        ValidationError: ``env``'s value is not an integer, or the ordinal is below 0.
+        RuntimeStateError: The ordinal is past the devices this process sees, or there is
+            no CUDA driver or GPU.
     """
     op = "tenferro.local_device"
     raw = os.environ.get(env)

@@ -46,7 +46,16 @@ class Event:
             raise RuntimeStateError(f"{op}: the event's session is closed")
 
     def query(self) -> bool:
-        """True when the work recorded before the event has finished; never blocks."""
+        """True when the work recorded before the event has finished; never blocks.
+
+        Returns:
+            True once the GPU has passed the event, False while work before it runs.
+
+        Raises:
+            RuntimeStateError: The event's session is closed.
+            BackendError: The driver refused the query.
+            KernelFault: A kernel faulted before the event; the session is stopped.
+        """
         self.check_open("event.query")
         try:
             return _driver.event_query(self.handle, "event.query")
@@ -54,7 +63,13 @@ class Event:
             raise self.state.record_fault(exc) from None
 
     def synchronize(self) -> None:
-        """Block the host until the event has completed."""
+        """Block the host until the event has completed.
+
+        Raises:
+            RuntimeStateError: The event's session is closed.
+            BackendError: The driver refused the wait.
+            KernelFault: A kernel faulted before the event; the session is stopped.
+        """
         self.check_open("event.synchronize")
         try:
             _driver.event_synchronize(self.handle, "event.synchronize")
@@ -67,6 +82,19 @@ class Event:
         Both events need ``timing=True`` (the default of ``s.record_event``). An event the GPU
         has not reached yet is a `RuntimeStateError`, not a hidden host wait: call
         ``end.synchronize()`` (or ``s.synchronize()``) first.
+
+        Args:
+            end: The later `Event`, recorded with ``timing=True``.
+
+        Returns:
+            The GPU time between the two events, in milliseconds (about 0.5 us resolution).
+
+        Raises:
+            ValidationError: ``end`` is not an Event, or either event lacks ``timing=True``.
+            RuntimeStateError: Either event's session is closed, or either event has not
+                completed.
+            BackendError: The driver refused the query or the timing.
+            KernelFault: A kernel faulted before the events; the session is stopped.
         """
         op = "event.elapsed_ms"
         self.check_open(op)

@@ -65,6 +65,18 @@ class Graph:
         """Replay the graph on the session's stream (the only stream it may run on).
 
         ``stream`` other than None is refused: the graph's owners and order are the session's.
+        Only enqueues; the graph and its owners are held until the stream has passed it.
+
+        Args:
+            stream: None; any other value is refused.
+
+        Raises:
+            ValidationError: ``stream`` is not None.
+            RuntimeStateError: The session is closed, used from another thread, or
+                capturing; or the graph cannot replay (a refused update left it without an
+                executable graph, and making one failed).
+            BackendError: The driver refused the replay.
+            KernelFault: A kernel fault has stopped the session.
         """
         if stream is not None:
             raise ValidationError(

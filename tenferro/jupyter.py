@@ -188,7 +188,11 @@ def run_cell(shell: Any, line: str, cell: str) -> None:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register ``%%cuda`` with an IPython shell (what ``%load_ext tenferro`` calls)."""
+    """Register ``%%cuda`` with an IPython shell (what ``%load_ext tenferro`` calls).
+
+    Args:
+        ipython: The IPython shell (``InteractiveShell``) to register the cell magic with.
+    """
 
     def cuda(line: str, cell: str) -> None:
         run_cell(ipython, line, cell)

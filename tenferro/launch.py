@@ -184,7 +184,17 @@ class BoundLaunch:
         self._held_generation = -1  # the session's holds generation this launch is held in
 
     def __call__(self) -> None:
-        """Enqueue the launch on the session's stream."""
+        """Enqueue the launch on the session's stream.
+
+        Only enqueues; the bound launch (and its spans) is held until the stream has passed
+        it. Inside ``s.capture()`` it is captured, inside ``s.timeline()`` timed.
+
+        Raises:
+            RuntimeStateError: The session is closed or used from another thread.
+            BackendError: The driver refused the launch.
+            KernelFault: A kernel fault (seen by this launch or earlier) has stopped the
+                session.
+        """
         st = self.state
         op = "bound_launch"
         try:
@@ -208,6 +218,17 @@ class BoundLaunch:
         A refused update changes nothing: the packed bytes, ``args`` and ``spans`` stay those of
         the launch as it was bound. The spans replaced stay held by the session until the
         stream has passed the launches that used them.
+
+        Args:
+            index: The argument's position, from 0 to ``len(args) - 1``.
+            arg: The new argument, checked against that parameter as `Session.launch` checks
+                it.
+
+        Raises:
+            ValidationError: ``index`` is out of range, or ``arg`` is refused for that
+                parameter or overlaps another span where one of them is writable.
+            RuntimeStateError: The session is closed or used from another thread.
+            KernelFault: A kernel fault has stopped the session.
         """
         from .args import check_overlaps
 

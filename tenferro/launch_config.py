@@ -208,6 +208,20 @@ class LaunchConfig:
         """A 1-D launch covering ``threads`` threads with ``block`` threads a block.
 
         ``threads`` = 0 is refused: a launch of no threads is a bug the driver would also refuse.
+
+        Args:
+            threads: The threads to cover, an int >= 1; the grid is rounded up to whole
+                blocks, so the kernel checks its index against the count.
+            block: Threads a block, an int from 1 to 1024.
+            shared_mem_bytes: Dynamic shared memory a block, in bytes.
+
+        Returns:
+            The config: ``ceil(threads / block)`` blocks of ``block`` threads.
+
+        Raises:
+            ValidationError: ``threads`` or ``block`` is not an int >= 1, or the config is
+                refused as `LaunchConfig` refuses it (a block past 1024 threads, a grid past
+                2**31-1 blocks, negative shared memory).
         """
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ValidationError(f"LaunchConfig.flat: {threads=} must be an int >= 1")
@@ -226,6 +240,22 @@ class LaunchConfig:
         the choice cuOccupancyMaxPotentialBlockSize makes). ``shared_mem_bytes`` is the
         launch's dynamic shared memory, or a function of the block size for kernels whose
         memory grows with it.
+
+        Args:
+            function: A `Function` of a module (a `NumbaKernel`'s specialization is one).
+            n: The threads to cover, an int >= 1.
+            shared_mem_bytes: Dynamic shared memory a block in bytes, or a function of the
+                block size giving it.
+
+        Returns:
+            A plain 1-D config of ``ceil(n / block)`` blocks.
+
+        Raises:
+            ValidationError: ``function`` is not a module's Function, ``n`` is not an int >= 1,
+                ``shared_mem_bytes`` (or what it returns) is not an int >= 0, no block size
+                fits the kernel's shared memory, or the grid would pass 2**31-1 blocks.
+            RuntimeStateError: The function's session is closed or used from another thread.
+            KernelFault: A kernel fault has stopped the session.
         """
         op = "LaunchConfig.auto"
         _check_function(function, op)  # a NumbaKernel has one a specialization
@@ -239,6 +269,23 @@ class LaunchConfig:
 
         The grid a kernel that synchronizes the whole grid (``this_grid().sync()``, numba's
         ``cuda.cg.this_grid().sync()``) can have: blocks a multiprocessor times their count.
+
+        Args:
+            function: A `Function` of a module (a `NumbaKernel`'s specialization is one).
+            block: Threads a block, an int or a tuple of 1 to 3 ints.
+            shared_mem_bytes: Dynamic shared memory a block, in bytes.
+
+        Returns:
+            A config with ``cooperative=True`` and the largest 1-D grid that is resident at
+                once on the device.
+
+        Raises:
+            ValidationError: ``function`` is not a module's Function, ``block`` or
+                ``shared_mem_bytes`` is refused (by `LaunchConfig`, or past the kernel's
+                thread limit or the device's shared memory), or no such block fits on the
+                device.
+            RuntimeStateError: The function's session is closed or used from another thread.
+            KernelFault: A kernel fault has stopped the session.
         """
         op = "LaunchConfig.resident"
         _check_function(function, op)

@@ -135,6 +135,18 @@ class Module:
         or a C++ kernel's name as its source writes it (`tenferro.entries.find_entry`). A
         name the module lacks is a `ValidationError` listing the entries there; an overloaded
         or templated C++ name one listing the kernels it could mean.
+
+        Args:
+            name: The kernel's name, as above.
+
+        Returns:
+            The `Function`, the same object for the same name each time.
+
+        Raises:
+            ValidationError: ``name`` is not a str, the module has no such kernel, or the
+                name could mean more than one.
+            RuntimeStateError: The session is closed or used from another thread.
+            KernelFault: A kernel fault has stopped the session.
         """
         op = "module.function"
         self.state.check_use(op)
@@ -343,7 +355,11 @@ class Function:
         self.last_config = _NO_CONFIG if config.extended else config
 
     def compiled_cluster(self) -> tuple[int, int, int] | None:
-        """The cluster shape the kernel was compiled with (``__cluster_dims__``), or None."""
+        """The cluster shape the kernel was compiled with (``__cluster_dims__``), or None.
+
+        Returns:
+            ``(x, y, z)`` blocks, or None: no ``__cluster_dims__``, or a device before sm_90.
+        """
         if self._compiled_cluster is _UNREAD:
             dims = None
             if self.state.context.compute_capability >= (9, 0):  # no clusters before sm_90
@@ -398,6 +414,21 @@ class Function:
         Checked as a launch is (the kernel's thread limit, the device's shared memory), with
         the same refusals; like a launch, asking for more than 48 KiB of shared memory opts
         the kernel in to it.
+
+        Args:
+            block: Threads a block, an int or a tuple of 1 to 3 ints.
+            shared_mem_bytes: Dynamic shared memory a block, in bytes.
+
+        Returns:
+            An `Occupancy`: blocks resident a multiprocessor, and the warp fraction.
+
+        Raises:
+            ValidationError: ``block`` or ``shared_mem_bytes`` is refused, by
+                `LaunchConfig` or past the kernel's thread limit or the device's shared
+                memory.
+            RuntimeStateError: The session is closed or used from another thread.
+            BackendError: The driver refused the query or the shared-memory opt-in.
+            KernelFault: A kernel fault has stopped the session.
         """
         op = "function.occupancy"
         self.state.check_use(op)

@@ -502,7 +502,25 @@ class NumbaKernel:
         return fn
 
     def function_for(self, args: list[Any] | tuple[Any, ...], op: str) -> Function:
-        """The compiled Function for these arguments' types (compiled once per type key)."""
+        """The compiled Function for these arguments' types (compiled once per type key).
+
+        Args:
+            args: The launch's arguments: spans (`TensorRef`, `TensorMut`, `DeviceBytes`,
+                or `KernelArg.pointer`), typed scalars (``tf.f32(x)``) or numpy scalars; a
+                bare Python number is refused, as its type is not known.
+            op: The operation named in refusals (``"session.launch"``).
+
+        Returns:
+            The `Function` of this kernel's specialization to the arguments' dtypes, ndim
+                and contiguity.
+
+        Raises:
+            ValidationError: The count differs from the kernel's parameters, an argument is
+                a bare Python number, not a span or typed scalar, or of a dtype numba has no
+                type for (bf16), or the specialization is refused (argument types tenferro
+                does not pack, a kernel compiled per launch configuration). numba's own
+                errors (a kernel it cannot type) propagate.
+        """
         fn = self.known_function(args)
         if fn is not None:
             return fn

@@ -189,13 +189,40 @@ class Tensor(Shaped):
         return (2, self.device)
 
     def to_host(self) -> np.ndarray:
-        """Copy to a new numpy array (``s.download(self)``); waits for the session's stream."""
+        """Copy to a new numpy array (``s.download(self)``); waits for the session's stream.
+
+        Returns:
+            A new numpy array of the Tensor's shape and dtype (bf16 as ``ml_dtypes.bfloat16``
+                where that is installed, else its uint16 bits).
+
+        Raises:
+            RuntimeStateError: The session is closed, used from another thread, or
+                capturing.
+            BackendError: The driver refused the copy.
+            KernelFault: A kernel faulted before the copy completed (or earlier); the
+                session is stopped.
+        """
         return self.session.download(self)
 
     def preview(self, edgeitems: int = 3) -> str:
         """The values as numpy prints them, the first and last ``edgeitems`` of each dimension.
 
         Copies the Tensor back, so it waits for the session's stream: a repr never does.
+
+        Args:
+            edgeitems: Values shown at each end of each dimension, an int >= 1; a Tensor of
+                at most ``2 * edgeitems`` elements is shown whole.
+
+        Returns:
+            The text ``np.array2string`` makes of the values.
+
+        Raises:
+            ValidationError: ``edgeitems`` is not an int >= 1.
+            RuntimeStateError: The session is closed, used from another thread, or
+                capturing.
+            BackendError: The driver refused the copy.
+            KernelFault: A kernel faulted before the copy completed (or earlier); the
+                session is stopped.
         """
         if not isinstance(edgeitems, int) or isinstance(edgeitems, bool) or edgeitems < 1:
             raise ValidationError(f"tensor.preview: {edgeitems=} must be an int >= 1")

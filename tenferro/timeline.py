@@ -130,7 +130,13 @@ class Timeline:
         return sum(t.microseconds for t in self.launches)
 
     def by_kernel(self) -> dict[str, list[float]]:
-        """Each kernel's GPU times in microseconds, in launch order."""
+        """Each kernel's GPU times in microseconds, in launch order.
+
+        Returns:
+            Kernel name -> the GPU time of each of its launches in the block, in
+                microseconds; empty until the block has ended. A graph replay is named
+                ``"graph of N node(s)"``.
+        """
         out: dict[str, list[float]] = {}
         for t in self.launches:
             out.setdefault(t.kernel, []).append(t.microseconds)

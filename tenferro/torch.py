@@ -52,7 +52,17 @@ _current_stream = torch_current_stream(torch)
 def session_for(device: int | None = None) -> Session:
     """This thread's session on ``device`` (torch's current one if None) and torch's stream.
 
-    Made at the first call for that device and stream on this thread, then kept open.
+    Made at the first call for that device and stream on this thread, then kept open (until
+    `close_sessions` or the interpreter's exit).
+
+    Args:
+        device: The CUDA device ordinal, or None for torch's current device.
+
+    Returns:
+        The open `Session` working on torch's current stream of ``device``.
+
+    Raises:
+        RuntimeStateError: No CUDA driver or GPU, or no device ``device``.
     """
     if device is None:
         device = torch.cuda.current_device()
@@ -111,6 +121,21 @@ def op(
     is the session (filled in per call); the rest, with their type annotations, are the
     operator's. An operator that returns None gets a fake implementation that does nothing,
     so torch.compile traces it; one that returns tensors needs ``.register_fake``.
+
+    Args:
+        name: The operator's name, ``"namespace::name"``.
+        mutates_args: The parameters the kernels write, or ``"unknown"``.
+        device_types: The device types the operator runs on, as ``custom_op`` takes them.
+        schema: The operator's schema, or None to infer it from the annotations.
+
+    Returns:
+        A decorator; applied to the function, it returns the operator
+            (``torch.library.custom_op``'s), called without the session.
+
+    Raises:
+        ValidationError: ``name`` is not ``"namespace::name"``; when decorating, the object
+            is not callable or does not take the session as its first positional
+            parameter. torch's own errors from ``custom_op`` propagate.
     """
     opname = "tenferro.torch.op"
     if not isinstance(name, str) or "::" not in name:

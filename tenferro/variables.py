@@ -52,7 +52,12 @@ class Variable:
         return _c_name(self.name)
 
     def declaration(self) -> str:
-        """``__device__ float table[256]`` (the C type where known, else its bytes)."""
+        """``__device__ float table[256]`` (the C type where known, else its bytes).
+
+        Returns:
+            The declaration as C writes it (``__constant__`` for constant memory), or
+                ``__device__ name (N bytes)`` where the C type is not known.
+        """
         qualifier = "__constant__" if self.space == "const" else "__device__"
         if self.c_type:
             base, bracket, extents = self.c_type.partition("[")
