@@ -37,7 +37,7 @@ from .variables import with_c_types as variables_with_c_types
 
 __all__ = ["STD_HEADERS_DIR", "CompiledCuda", "cache_dir", "cache_stats", "compile_cuda"]
 
-_CACHE_FORMAT = 5  # 2: C-type probes; 3: the variables' too; 4: nvrtc_std; 5: namespaced kernels
+_CACHE_FORMAT = 6  # 6: the user's -I folders searched before the toolkit's
 # What NVRTC lacks of the C and C++ library headers (<cstdint>, <cmath>, ...), from libcu++;
 # searched after the user's own -I folders.
 STD_HEADERS_DIR = str(Path(__file__).with_name("nvrtc_std"))
@@ -142,6 +142,7 @@ def compile_cuda(
     name: str = "tenferro.cu",
     cache: bool = True,
     _driver_version: int = 0,
+    _op: str = "compile_cuda",
 ) -> CompiledCuda:
     """Compile CUDA C with NVRTC to a CUBIN or PTX for ``arch``; needs no GPU.
 
@@ -175,7 +176,7 @@ def compile_cuda(
         RuntimeStateError: NVRTC is not installed.
         BackendError: An NVRTC call failed other than by refusing the source.
     """
-    op = "compile_cuda"
+    op = _op  # how refusals name the call: compile_cuda, or session.compile
     folder = None
     if isinstance(source, os.PathLike):
         path = Path(source)
@@ -216,7 +217,8 @@ def compile_cuda(
             f"{op}: target='cubin' needs a real architecture (sm_NN), got {arch=}"
         )
     arch_opt = f"-arch={real_arch if target == 'cubin' else virt_arch}"
-    base_opts = [arch_opt, "-std=c++17", *(f"-I{d}" for d in _driver.cuda_include_dirs())]
+    base_opts = [arch_opt, "-std=c++17"]
+    toolkit_dirs = [f"-I{d}" for d in _driver.cuda_include_dirs()]
     nvrtc_ver = _driver.nvrtc_version()
     key = hashlib.sha256(
         json.dumps(
@@ -226,6 +228,7 @@ def compile_cuda(
                 opts,
                 exprs,
                 base_opts,
+                toolkit_dirs,
                 target,
                 nvrtc_ver,
                 _driver_version,
@@ -244,7 +247,8 @@ def compile_cuda(
     with _stats_lock:
         _stats["misses"] += 1
     started = time.perf_counter()
-    probe_opts = [*base_opts, *opts, f"-I{STD_HEADERS_DIR}"]
+    # NVRTC searches -I folders in order: the user's, the kernel file's, the toolkit's, libcu++'s.
+    probe_opts = [*base_opts, *opts, *toolkit_dirs, f"-I{STD_HEADERS_DIR}"]
     early = _early_c_type_probes(source, name, probe_opts)  # beside the kernels' compile
     ok, log, ptx, cubin, lowered = _driver.nvrtc_compile(
         source_bytes,

@@ -90,7 +90,8 @@ class Graph:
         if self._exec is None:
             raise RuntimeStateError(
                 f"{op}: the graph cannot replay: making its executable "
-                "graph again after a refused update failed; capture anew"
+                "graph again after a refused update failed; capture anew, or capture the "
+                "same work again with update=graph"
             )
         try:  # the graph and its owners live until the stream passes the replay
             st.enqueue(op, f"graph of {self.node_count} node(s)", None, self._exec.launch, op, self)

@@ -487,6 +487,7 @@ def compile_module(
         options=options,
         name_expressions=name_expressions,
         _driver_version=_driver.driver_version(),
+        _op=op,
     )
     return st.add_module(
         Module(

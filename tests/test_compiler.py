@@ -650,6 +650,15 @@ def test_a_users_own_folder_is_searched_before_the_library_headers(tmp_path):
     tf.compile_cuda(src, options=[f"-I{tmp_path}"], cache=False)
 
 
+@pytest.mark.parametrize("header", ["cuComplex.h", "cuda_fp16.h"])
+def test_a_users_own_folder_is_searched_before_the_toolkits_headers(tmp_path, header):
+    src = f"#include <{header}>\n#ifndef MY_HEADER\n#error not the user's\n#endif\n"
+    with pytest.raises(tf.CompileError):  # the toolkit has the header: without -I, its own
+        tf.compile_cuda(src, cache=False)
+    (tmp_path / header).write_text("#pragma once\n#define MY_HEADER 1\n")
+    tf.compile_cuda(src, options=[f"-I{tmp_path}"], cache=False)
+
+
 @pytest.mark.parametrize(
     ("header", "says"),
     [
@@ -701,6 +710,9 @@ def test_host_code_is_named_where_it_is(tmp_path):
         "__device__, and keep host code (main, cudaMalloc, <<<...>>>) inside #ifndef "
         "__CUDACC_RTC__ ... #endif"
     )
+    with pytest.raises(tf.CompileError) as info:  # named as the session's call that asked
+        tf.compile_cuda(_FOR_NVCC, cache=False, _op="session.compile")
+    assert _first_line(info).startswith("session.compile: NVRTC failed to compile 'tenferro.cu'")
     guarded = _FOR_NVCC.replace("int main", "#ifndef __CUDACC_RTC__\nint main", 1) + "#endif\n"
     assert tf.compile_cuda(guarded, cache=False).signatures  # as the hint says: it compiles
     with pytest.raises(tf.CompileError) as info:  # misplaced __global__ comes first: no hint

@@ -101,6 +101,15 @@ def test_session_compile_keeps_the_log_on_the_module(session):
 
 
 @pytest.mark.gpu
+def test_session_compile_names_itself_in_a_compile_error_and_a_refusal(session):
+    with pytest.raises(tf.CompileError, match=r"^session\.compile: NVRTC failed to compile") as e:
+        session.compile('extern "C" __global__ void k(float* y) { y[0] = nope; }')
+    assert 'identifier "nope" is undefined' in e.value.log
+    with pytest.raises(tf.ValidationError, match=r"^session\.compile: options must be strings"):
+        session.compile(SRC, options=[3])
+
+
+@pytest.mark.gpu
 def test_session_compile_refuses_another_architecture(session):
     major, minor = session.context.compute_capability
     other = "sm_80" if (major, minor) != (8, 0) else "sm_90"
