@@ -14,17 +14,28 @@ The blocks of small Tensors dropped are kept for the next small allocation (`kee
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from . import _driver
 
-__all__ = ["SPARE_BLOCK_BYTES", "Liveness"]
+__all__ = ["SPARE_BLOCK_BYTES", "Liveness", "capture_on_this_thread"]
 
 SPARE_BLOCK_BYTES = 256  # a Tensor of at most this many bytes gets a block of this size
 # Blocks kept for reuse; past it a dropped small Tensor is freed. More than a fence's worth
 # (FENCE_EVERY launches), so a loop of reductions finds every result block it needs again.
 SPARE_BLOCKS_MAX = 512
+
+# The captures running on each thread, innermost last. A capture's mode is thread-local: a
+# synchronous free or destroy on its thread, for any session's object, would invalidate it.
+_this_thread = threading.local()
+
+
+def capture_on_this_thread() -> Liveness | None:
+    """The `Liveness` of the innermost capture running on this thread, or None."""
+    running = getattr(_this_thread, "captures", None)
+    return running[-1] if running else None
 
 
 class Liveness:
@@ -133,6 +144,10 @@ class Liveness:
         saved, self.held = self.held, []
         self.generation += 1
         self.capturing = True
+        running = getattr(_this_thread, "captures", None)
+        if running is None:
+            running = _this_thread.captures = []
+        running.append(self)
         return saved
 
     def end_capture(self, saved: list[Any]) -> list[Any]:
@@ -140,6 +155,9 @@ class Liveness:
         owners, self.held = self.held, saved
         self.generation += 1
         self.capturing = False
+        running = getattr(_this_thread, "captures", None)
+        if running and self in running:
+            running.remove(self)
         return owners
 
     def defer_free(self, ptr: int) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _driver
+from ._liveness import capture_on_this_thread
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 from .interop.streams import LEGACY
 
@@ -142,6 +143,8 @@ class Graph:
         if exec_graph is None and not graph:
             return
         live = getattr(getattr(self, "state", None), "liveness", None)
+        if live is None or not live.capturing:  # its own session's capture, or one on this thread
+            live = capture_on_this_thread()
         if live is not None and live.capturing:  # a destroy now would invalidate the capture
             live.defer_release(lambda: _destroy(exec_graph, graph))
         else:

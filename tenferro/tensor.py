@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import _driver
-from ._liveness import SPARE_BLOCK_BYTES
+from ._liveness import SPARE_BLOCK_BYTES, capture_on_this_thread
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .spans import (
@@ -28,6 +28,18 @@ from .spans import (
 )
 
 __all__ = ["Tensor"]
+
+
+def _free_elsewhere(context: Any, st: Any, ptr: int) -> None:
+    """Free a Tensor's memory from outside its session's thread or block."""
+    context.push()
+    try:
+        if st.is_open:
+            _driver.mem_free_async(ptr, st.stream)
+        else:
+            _driver.mem_free(ptr)
+    finally:
+        context.pop()
 
 
 class Tensor(Shaped):
@@ -133,14 +145,12 @@ class Tensor(Shaped):
                 return
             # Another thread (a garbage collection there) or a closed session: make the context
             # current for this call; after the block the stream is gone, so free synchronously.
-            self.context.push()
-            try:
-                if st.is_open:
-                    _driver.mem_free_async(ptr, st.stream)
-                else:
-                    _driver.mem_free(ptr)
-            finally:
-                self.context.pop()
+            # During a capture on this thread (another session's) the free waits for its end.
+            context, running = self.context, capture_on_this_thread()
+            if running is not None:
+                running.defer_release(lambda: _free_elsewhere(context, st, ptr))
+            else:
+                _free_elsewhere(context, st, ptr)
         except Exception:  # never raise from a finaliser; a lost free leaks, it does not corrupt
             pass
 

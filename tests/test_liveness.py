@@ -330,3 +330,23 @@ def test_a_launch_with_new_scalars_alone_holds_nothing_more(session, rng):
     np.testing.assert_allclose(
         session.download(y), y0 + 1.875 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_capture_is_known_on_its_thread_only_while_it_runs(fake):
+    import threading
+
+    outer = _liveness.Liveness(stream=3, fence_every=8, fence_bytes=1 << 30)
+    inner = _liveness.Liveness(stream=4, fence_every=8, fence_bytes=1 << 30)
+    assert _liveness.capture_on_this_thread() is None
+    saved_outer = outer.begin_capture()
+    saved_inner = inner.begin_capture()
+    assert _liveness.capture_on_this_thread() is inner  # the innermost
+    seen = []
+    other = threading.Thread(target=lambda: seen.append(_liveness.capture_on_this_thread()))
+    other.start()
+    other.join()
+    assert seen == [None]  # another thread's frees do not wait for this capture
+    inner.end_capture(saved_inner)
+    assert _liveness.capture_on_this_thread() is outer
+    outer.end_capture(saved_outer)
+    assert _liveness.capture_on_this_thread() is None

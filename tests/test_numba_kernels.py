@@ -527,7 +527,7 @@ def test_2d_strided_views_lazily_specialized(session, rng):
     a0, b0 = rng.standard_normal((cols, rows)), rng.standard_normal((rows, cols))
     at = session.tensor(session.upload(a0), allow_strided=False)  # C (cols, rows)
     a_t = tf.TensorRef(
-        at.ptr, (rows, cols), (8, rows * 8), at.scalar_type, 0, at.owner, session
+        at.ptr, (rows, cols), (8, rows * 8), at.scalar_type, 0, at.owner, at.state
     )  # its transpose, as a strided view
     out = session.upload(np.full((rows, cols), np.nan))
     cfg = tf.LaunchConfig(((rows + 15) // 16, (cols + 15) // 16), (16, 16))

@@ -187,3 +187,47 @@ def test_a_tensor_whose_allocation_failed_frees_nothing(monkeypatch):
 
     gc.collect()
     assert s.calls == [] and s.spare == []  # no pointer to free, nor to keep for the next one
+
+
+class _ClosedState:
+    is_open, thread, stream = False, 0, 9
+
+
+class _Context:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def push(self):
+        self.calls.append("push")
+
+    def pop(self):
+        self.calls.append("pop")
+
+
+def _orphan_tensor(calls, ptr):
+    """A Tensor whose session has closed, as one left over from an earlier block."""
+    t = object.__new__(tf.Tensor)
+    t.ptr, t.nbytes, t.state, t.context = ptr, 4096, _ClosedState(), _Context(calls)
+    return t
+
+
+def test_a_tensor_of_a_closed_session_dropped_during_a_capture_is_freed_after_it(monkeypatch):
+    # Freeing synchronously on the capturing thread would invalidate the other session's
+    # capture (its mode is thread-local); the free waits for the capture's end instead.
+    from tenferro import _driver, _liveness
+
+    calls = []
+    monkeypatch.setattr(_driver, "mem_free", lambda ptr: calls.append(("free", ptr)))
+    monkeypatch.setattr(_driver, "mem_free_async", lambda ptr, stream: calls.append("async"))
+    live = _liveness.Liveness(stream=3, fence_every=8, fence_bytes=1 << 30)
+    saved = live.begin_capture()
+    t = _orphan_tensor(calls, 0x5000)
+    del t
+    assert calls == []  # nothing reached the driver during the capture
+    live.end_capture(saved)
+    live.free_deferred()
+    assert calls == ["push", ("free", 0x5000), "pop"]
+    calls.clear()
+    t = _orphan_tensor(calls, 0x6000)
+    del t  # no capture running: freed at once
+    assert calls == ["push", ("free", 0x6000), "pop"]
