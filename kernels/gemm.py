@@ -106,7 +106,7 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     if (m + bm - 1) // bm > 65535:  # the grid's y extent
         raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
     if wgmma:  # the kernel takes B K-major: a temporary (N, K) copy, freed in stream order
-        bt = s.alloc_output((n, k), br.scalar_type.numpy)
+        bt = s.alloc_output((n, k), br.scalar_type)  # bf16 has no numpy dtype without ml_dtypes
         transpose(s, bt, br)
         br = s.tensor(bt)
     s.launch(

@@ -61,7 +61,9 @@ def new_tensor(st: Any, shape: Any, dtype: Any, op: str) -> Tensor:
     """A new Tensor of the session of ``st``, checked and counted for the byte fences."""
     st.check_use(op)
     st.refuse_in_capture(op, "the memory would belong to the graph; allocate before the capture")
-    t = Tensor.allocate(st, _shape_arg(shape, op), dtypes.from_numpy(dtype, op), op)
+    if dtype is None:  # numpy would read None as float64
+        raise ValidationError(f"{op}: dtype=None; give the element type (np.float32, 'float32')")
+    t = Tensor.allocate(st, _shape_arg(shape, op), dtypes.as_scalar_type(dtype, op), op)
     st.liveness.allocated_bytes(t.nbytes)  # past FENCE_BYTES, passed owners go
     return t
 

@@ -305,6 +305,24 @@ def test_a_shape_with_a_negative_or_a_non_int_is_refused(monkeypatch, shape):
     assert s.calls == [] and s.allocated == 0
 
 
+def test_a_dtype_of_none_is_refused_not_read_as_float64(monkeypatch):
+    from tenferro import memory as tensor_part
+
+    s = MemorySession(monkeypatch)
+    with pytest.raises(tf.ValidationError, match=r"^session\.alloc_output: dtype=None; give "):
+        tensor_part.alloc_output(s, (4,), None)
+    assert s.calls == [] and s.allocated == 0
+
+
+def test_a_tensor_of_a_type_numpy_lacks_is_allocated_from_its_scalar_type(monkeypatch):
+    from tenferro import dtypes
+    from tenferro import memory as tensor_part
+
+    bf16 = dtypes.by_name("bf16")  # what a ready kernel passes for a bf16 temporary
+    t = tensor_part.alloc_output(MemorySession(monkeypatch), (3, 5), bf16)
+    assert t.scalar_type is bf16 and t.nbytes == 30 and t.strides == (10, 2)
+
+
 class _PeerSession:
     """A session on a stand-in device for copy_peer: a real PrimaryContext (made from
     `TwoDevices`), its stream a number, its holds a list."""
