@@ -306,3 +306,31 @@ def test_peer_access_the_hardware_lacks_is_false_and_a_refusal_names_the_operati
     devices.enable_result = cu.CUresult.CUDA_SUCCESS
     assert _driver.enable_peer_access(c0, c1, op) is True  # a refusal is not kept either
     assert devices.asked == [("can", 0xD0, 0xD1), ("enable", 0xC1, 0)] * 2
+
+
+@pytest.mark.parametrize("name", ["NOT_AN_ATTRIBUTE", "max_grid_dim_x", "", 3])
+def test_an_unknown_device_attribute_is_refused_by_name(monkeypatch, name):
+    from _stand_ins import TwoDevices
+    from cuda.bindings import driver as cu
+
+    devices = TwoDevices(monkeypatch)
+    asked = []
+
+    monkeypatch.setattr(cu, "cuDeviceGetAttribute", lambda a, d: asked.append(a) or (0, 1))
+    with pytest.raises(tf.ValidationError, match=r"^context\.attribute: name=.* is not a CU_"):
+        devices.contexts[0].attribute(name)
+    assert asked == []  # the driver was not asked
+
+
+def test_a_known_device_attribute_is_asked_once(monkeypatch):
+    from _stand_ins import TwoDevices
+    from cuda.bindings import driver as cu
+
+    devices = TwoDevices(monkeypatch)
+    asked = []
+    ok = cu.CUresult.CUDA_SUCCESS
+    monkeypatch.setattr(cu, "cuDeviceGetAttribute", lambda a, d: asked.append(a) or (ok, 1024))
+    ctx = devices.contexts[0]
+    assert ctx.attribute("MAX_THREADS_PER_BLOCK") == 1024
+    assert ctx.attribute("MAX_THREADS_PER_BLOCK") == 1024
+    assert asked == [cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar
 
-from ..errors import RuntimeStateError
+from ..errors import RuntimeStateError, ValidationError
 from .devices import device_count, ensure_init
 from .results import check, cu, fail
 
@@ -70,7 +70,12 @@ class PrimaryContext:
         """A device attribute by its CU_DEVICE_ATTRIBUTE_ suffix (``"MAX_GRID_DIM_X"``)."""
         v = self._attrs.get(name)
         if v is None:
-            attr = getattr(_A, "CU_DEVICE_ATTRIBUTE_" + name)
+            attr = getattr(_A, f"CU_DEVICE_ATTRIBUTE_{name}", None) if type(name) is str else None
+            if attr is None:
+                raise ValidationError(
+                    f"context.attribute: {name=} is not a CU_DEVICE_ATTRIBUTE_ suffix "
+                    "(such as 'MAX_GRID_DIM_X')"
+                )
             v = self._attrs[name] = check(
                 "cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attr, self._device)
             )
