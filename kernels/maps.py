@@ -60,7 +60,10 @@ def fill(s: Any, y: Any, value: Any) -> None:
 
 
 def cast(s: Any, out: Any, x: Any) -> None:
-    """``out[i] = x[i]`` converted to out's dtype (round to nearest even, as numpy's astype).
+    """``out[i] = x[i]`` converted to out's dtype, as numpy's astype converts.
+
+    Narrowing to f16, bf16 or f32 rounds to nearest even; f32 to i32 truncates toward zero
+    (C's conversion), as ``astype(np.int32)`` does for values in range.
 
     The conversions provided: f32 to and from f16, bf16, f64 and i32.
     Only enqueues.
@@ -132,12 +135,17 @@ def _plan(s: Any, name: str, size: int, per_thread: int) -> tuple:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+# C number literals (2.0f, 1e-3, 0x1F, 10u), taken out before the names are read.
+_NUMBER = re.compile(
+    r"(?<![A-Za-z_0-9.])(?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)[fFlLuU]*"
+)
 _MATH = frozenset(
     """sin cos tan exp exp2 log log2 log10 sqrt rsqrt fabs fmin fmax pow tanh
     sinh cosh asin acos atan atan2 floor ceil round fma erf erfc cbrt hypot
     sinf cosf tanf expf exp2f logf log2f log10f sqrtf rsqrtf fabsf fminf fmaxf powf tanhf
-    erff floorf ceilf fmaf""".split()
+    erff floorf ceilf fmaf min max""".split()
 )
+_C_TYPE_NAMES = frozenset("float double int unsigned long short char".split())  # casts
 
 
 def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
@@ -204,8 +212,8 @@ def _fused_function(
     s: Any, op: str, expr: str, t: Any, names: list[str], scalars: tuple[bool, ...]
 ) -> Any:
     """The fused kernel of ``expr`` over the operands ``names`` (scalar or array), compiled."""
-    for name in _IDENT.findall(expr):
-        if name not in names and name not in _MATH:
+    for name in _IDENT.findall(_NUMBER.sub(" ", expr)):
+        if name not in names and name not in _MATH and name not in _C_TYPE_NAMES:
             raise ValidationError(
                 f"{op}: expr uses {name!r}, which is neither an operand "
                 f"({names}) nor a known math function"
@@ -213,7 +221,12 @@ def _fused_function(
     ctype = C_TYPES[t.name]
     params, array_names = [f"{ctype}* __restrict__ out_"], []
     for name, scalar in zip(names, scalars, strict=True):
-        if name in _MATH or name.endswith("_") or not _IDENT.fullmatch(name):
+        if (
+            name in _MATH
+            or name in _C_TYPE_NAMES
+            or name.endswith("_")
+            or not _IDENT.fullmatch(name)
+        ):
             raise ValidationError(f"{op}: operand name {name!r} is not usable")
         if scalar:
             params.append(f"{ctype} {name}")

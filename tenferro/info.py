@@ -13,6 +13,7 @@ import platform
 from typing import Any
 
 from . import _driver
+from ._version import __version__
 from .compiler import cache_dir
 from .errors import TenferroError
 from .signature import display_name
@@ -39,6 +40,12 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _package_dir() -> str:
+    import os
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _cache() -> dict[str, Any]:
     path = cache_dir()
     entries = (
@@ -57,6 +64,8 @@ def collect() -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": {p: _version(p) for p in _PACKAGES},
     }
+    if out["packages"]["tenferro"] == "not installed":  # run from a checkout on the path
+        out["packages"]["tenferro"] = f"{__version__} (not installed: from {_package_dir()})"
     try:
         major, minor = _driver.nvrtc_version()
         out["nvrtc"] = f"{major}.{minor}"

@@ -291,3 +291,15 @@ def test_a_session_whose_arguments_were_refused_still_reads():
     half = object.__new__(tf.Session)  # what a traceback may show after __init__ refused
     assert repr(half) == "Session(not made)"
     assert half._repr_html_() == "<b>tenferro Session</b> (not made)"
+
+
+def test_tenferro_run_from_a_checkout_is_named_with_its_version_and_folder(monkeypatch, cache):
+    import tenferro
+
+    real = info._version
+    monkeypatch.setattr(info, "_version", lambda p: "not installed" if p == "tenferro" else real(p))
+    said = info.collect()["packages"]["tenferro"]
+    assert said.startswith(f"{tenferro.__version__} (not installed: from ")
+    assert said.endswith(")") and "not installed" in said
+    monkeypatch.setattr(info, "_version", lambda p: "9.9" if p == "tenferro" else real(p))
+    assert info.collect()["packages"]["tenferro"] == "9.9"  # installed: its own version

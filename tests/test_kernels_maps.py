@@ -118,3 +118,65 @@ def test_an_expression_again_with_new_values_and_an_operand_turned_array(session
     with pytest.raises(tf.ValidationError, match=r"^kernels\.elementwise: expr uses 'b'"):
         k.elementwise(session, "a * x + b", out, x=xd, a=2.0)
     np.testing.assert_array_equal(session.download(out), before)  # nothing written
+
+
+class _CompilingSession:
+    """What `_fused_function` asks of a session, without a GPU: NVRTC compiles the kernel."""
+
+    def __init__(self):
+        self.sources = []
+
+    def resource(self, key, init):
+        return init(self)
+
+    def compile(self, src):
+        self.sources.append(src)
+        tf.compile_cuda(src, cache=False)  # the generated kernel compiles
+        return self
+
+    def function(self, name):
+        return name
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["2.0f * x + 1e-3", "x * 0x10 + 10u", "(float)x / 3.f", "max(x, 0.5f) + min(y, .25)"],
+)
+def test_an_expression_with_literals_casts_and_min_max_is_taken(expr):
+    from tenferro import dtypes
+    from tenferro.kernels import maps
+
+    s = _CompilingSession()
+    fn = maps._fused_function(
+        s, "kernels.elementwise", expr, dtypes.by_name("f32"), ["x", "y"], (False, False)
+    )
+    assert fn == "fused_map" and expr in s.sources[0]
+
+
+@pytest.mark.parametrize(("expr", "name"), [("x * e", "e"), ("x + f1", "f1"), ("sinh(y) + q", "q")])
+def test_a_name_that_is_no_operand_is_still_refused_beside_literals(expr, name):
+    from tenferro import dtypes
+    from tenferro.kernels import maps
+
+    s = _CompilingSession()
+    with pytest.raises(tf.ValidationError, match=rf"^kernels\.elementwise: expr uses '{name}', "):
+        maps._fused_function(
+            s, "kernels.elementwise", expr, dtypes.by_name("f32"), ["x", "y"], (False, False)
+        )
+    assert s.sources == []  # refused before anything compiled
+
+
+@pytest.mark.parametrize("name", ["float", "min"])
+def test_an_operand_named_as_a_type_or_function_is_refused(name):
+    from tenferro import dtypes
+    from tenferro.kernels import maps
+
+    with pytest.raises(tf.ValidationError, match=rf"operand name '{name}' is not usable"):
+        maps._fused_function(
+            _CompilingSession(),
+            "kernels.elementwise",
+            f"{name} + 1",
+            dtypes.by_name("f32"),
+            [name],
+            (False,),
+        )
