@@ -549,6 +549,14 @@ class NumbaKernel:
 def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
     """A numba CUDA kernel dispatcher for ``f`` (a dispatcher, or a Python function to jit)."""
     cuda, _ = _numba()
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        raise ValidationError(
+            f"{op}: numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): its kernels run on "
+            "the CPU through numba's own launch, and tenferro launches compiled kernels on the "
+            "device; unset NUMBA_ENABLE_CUDASIM in this process"
+        )
     from numba.cuda.dispatcher import CUDADispatcher
 
     if isinstance(f, CUDADispatcher):

@@ -736,3 +736,34 @@ def test_each_array_is_compared_with_its_own_place_and_a_kernel_may_take_nothing
     empty = NumbaParamBlock("k", *numba_layout((), "k", "test"), set())
     assert empty.takes_quickly([]) and empty.pack([], s, "op") == []
     assert not empty.takes_quickly([np.float32(1.0)])
+
+
+def test_the_numba_simulator_is_named_when_a_kernel_is_given_under_it():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from numba import cuda\n"
+        "import tenferro as tf\n"
+        "from tenferro.numba_kernels import as_dispatcher\n"
+        "def k(y):\n"
+        "    y[0] = 1\n"
+        "for f in (k, cuda.jit(k)):\n"
+        "    try:\n"
+        "        as_dispatcher(f, 'session.numba_kernel')\n"
+        "    except tf.ValidationError as e:\n"
+        "        print(e)\n"
+    )
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr
+    assert len(lines) == 2 and all(
+        line.startswith(
+            "session.numba_kernel: numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)"
+        )
+        for line in lines
+    )
