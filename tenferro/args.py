@@ -304,6 +304,8 @@ def _scalar_fits(p: Param, t: ScalarType) -> bool:
         taken = value_types(p.c_type)  # the compiler's type: signedness and width exactly
         if taken is not None:
             return t in taken
+        if p.kind == BYTES:  # a struct the compiler named: its bytes go by KernelArg.struct
+            return False
     if p.kind == INT:
         return t.kind in ("int", "uint", "bool") and t.itemsize == p.size
     if p.kind == FLOAT:  # PTX says f16, f32 or f64, C the exact type: the parameter's own
@@ -637,6 +639,8 @@ class ParamBlock(ParamBlockBase):
         what = p.c_type.spell()
         if p.kind == BYTES:
             what += f" ({p.size} bytes, aligned to {p.align})"
+            if not hint and isinstance(a, KernelArg) and a.kind == _SCALAR:
+                hint = "; pass its bytes with tf.KernelArg.struct (a ctypes.Structure or bytes)"
         return ValidationError(
             f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel takes {what}{hint}"
         )

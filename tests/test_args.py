@@ -1148,3 +1148,25 @@ def test_the_generated_pack_says_where_its_source_is_built():
         block.pack(["text", tf.u32(1), tf.f32(1.0)], _OURS, "session.launch")
     frames = traceback.extract_tb(refused.value.__traceback__)
     assert any(f.filename == "<tenferro.args.ParamBlock._straight_line_pack>" for f in frames)
+
+
+def test_a_typed_scalar_of_a_structs_size_is_refused_where_the_compiler_named_the_struct():
+    src = r"""struct P { float a; float b; }; enum Mode { A, B };
+    extern "C" __global__ void s(P p, Mode m, float* o) {}"""
+    b = _block(src, "s")
+    struct = tf.KernelArg.struct(struct_bytes := bytes(range(8)))
+    for scalar in (tf.f64(1.0), tf.u64(7), tf.i64(-1)):  # 8 bytes, as P is: still refused
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.launch: args\[0\] 'p' is an? [fiu]64 scalar, the kernel takes P "
+            r"\(8 bytes, aligned to 4\); pass its bytes with tf\.KernelArg\.struct ",
+        ):
+            b.pack([scalar, tf.i32(1), _mut(8)], None, "session.launch")
+    b.pack([struct, tf.i32(1), _mut(8)], None, "session.launch")  # the struct itself
+    assert ctypes.string_at(ctypes.addressof(b._buf), 8) == struct_bytes
+    b.pack([struct, tf.u32(1), _mut(8)], None, "session.launch")  # an enum takes its int
+
+
+def test_ptx_alone_still_takes_a_scalar_of_a_by_value_parameters_size():
+    ptx = parse_ptx(".entry s(.param .align 4 .b8 s_param_0[8], .param .u64 s_param_1)")["s"]
+    ParamBlock(ptx).pack([tf.f64(1.0), _mut(8)], None, "session.launch")  # no C type to say
