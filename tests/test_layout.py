@@ -179,6 +179,7 @@ def test_every_package_ships_in_the_wheel():
         ".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")
     }
     found.add("tenferro.kernels")  # from the top-level kernels/, by package-dir
+    found.add("tenferro.nvrtc_std")  # headers for NVRTC: data, listed so the build takes it
     assert found == listed
 
 
