@@ -551,7 +551,7 @@ def as_dispatcher(f: Any, op: str) -> tuple[Any, str]:
     cuda, _ = _numba()
     from numba import config
 
-    if config.ENABLE_CUDASIM:
+    if getattr(config, "ENABLE_CUDASIM", 0):  # set from the environment when numba loads
         raise ValidationError(
             f"{op}: numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): its kernels run on "
             "the CPU through numba's own launch, and tenferro launches compiled kernels on the "
