@@ -1170,3 +1170,57 @@ def test_a_typed_scalar_of_a_structs_size_is_refused_where_the_compiler_named_th
 def test_ptx_alone_still_takes_a_scalar_of_a_by_value_parameters_size():
     ptx = parse_ptx(".entry s(.param .align 4 .b8 s_param_0[8], .param .u64 s_param_1)")["s"]
     ParamBlock(ptx).pack([tf.f64(1.0), _mut(8)], None, "session.launch")  # no C type to say
+
+
+def _interrupt_at(n):
+    """A trace function raising KeyboardInterrupt at the n-th line run in tenferro.args code
+    (the generated pack included): Ctrl-C arriving there."""
+    seen = 0
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if "tenferro" in frame.f_code.co_filename and "args" in frame.f_code.co_filename:
+            if event == "line":
+                seen += 1
+                if seen == n:
+                    raise KeyboardInterrupt
+        return trace
+
+    return trace
+
+
+def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_packed_block_behind():
+    import sys
+
+    op = "session.launch"
+    y, x = _mut(0x1000), _ref(0x2000)
+    first = [y, x, tf.f32(1.5), tf.u32(7), tf.f64(2.25), tf.i64(-3)]
+    second = [y, x, tf.f32(-4.0), tf.u32(9), tf.f64(8.5), tf.i64(11)]
+    fresh = _block()
+
+    def packed(args):
+        fresh.pack(args, None, op)
+        return fresh.snapshot()
+
+    expect_first, expect_second = packed(first), packed(second)
+    b = _block()
+    b.pack(first, None, op)
+    interrupted = 0
+    for n in range(1, 500):
+        sys.settrace(_interrupt_at(n))
+        try:
+            b.pack(second, None, op)
+            finished = True
+        except KeyboardInterrupt:
+            finished = False
+        finally:
+            sys.settrace(None)
+        # Whatever the interrupt left, the next pack writes exactly its own arguments: the
+        # last complete one's again (no shortcut past half-written bytes), then the other.
+        assert b.pack(first, None, op) == [y, x] and b.snapshot() == expect_first, n
+        assert b.pack(second, None, op) == [y, x] and b.snapshot() == expect_second, n
+        b.pack(first, None, op)
+        if finished:
+            break
+        interrupted += 1
+    assert finished and interrupted >= 10  # every line of the pack was an interrupt point
