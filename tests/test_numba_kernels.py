@@ -767,3 +767,65 @@ def test_the_numba_simulator_is_named_when_a_kernel_is_given_under_it():
         )
         for line in lines
     )
+
+
+def _interrupt_at(n):
+    """A trace function raising KeyboardInterrupt at the n-th line run in tenferro's packing
+    code (generated code included): Ctrl-C arriving there."""
+    seen = 0
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        name = frame.f_code.co_filename
+        if event == "line" and "tenferro" in name and ("numba_kernels" in name or "args" in name):
+            seen += 1
+            if seen == n:
+                raise KeyboardInterrupt
+        return trace
+
+    return trace
+
+
+def test_an_interrupt_anywhere_in_a_numba_pack_leaves_no_half_packed_block_behind():
+    # Ctrl-C between any two lines of a pack, on its general path (another array) and its
+    # quick one (the same arrays, new numpy scalars): the next pack writes exactly its own
+    # arguments, the very objects of the last complete pack included.
+    import sys
+
+    from tenferro.numba_kernels import NumbaParamBlock
+
+    op = "session.launch"
+    f32 = dtypes.by_name("f32")
+    argtypes = (types.float32[::1], types.float32[::1], types.float32, types.int64)
+    specs, sig = numba_layout(argtypes, "axpy", op)
+    y = tf.TensorMut(0x1000, (4,), (4,), f32, 0, None, None)
+    y2 = tf.TensorMut(0x3000, (3,), (4,), f32, 0, None, None)
+    x = tf.TensorRef(0x2000, (4,), (4,), f32, 0, None, None)
+    first = [y, x, np.float32(1.5), np.int64(4)]
+    fresh = NumbaParamBlock("axpy", specs, sig, {0})
+
+    def packed(args):
+        fresh.pack(args, None, op)
+        return fresh.snapshot()
+
+    b = NumbaParamBlock("axpy", specs, sig, {0})
+    for other in ([y2, x, np.float32(-2.5), np.int64(3)], [y, x, np.float32(7.0), np.int64(2)]):
+        expect_first, expect_other = packed(first), packed(other)
+        b.pack(first, None, op)
+        interrupted, finished = 0, False
+        for n in range(1, 500):
+            sys.settrace(_interrupt_at(n))
+            try:
+                b.pack(other, None, op)
+                finished = True
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            assert b.pack(first, None, op) == [y, x] and b.snapshot() == expect_first, n
+            assert b.pack(other, None, op) == other[:2] and b.snapshot() == expect_other, n
+            b.pack(first, None, op)
+            if finished:
+                break
+            interrupted += 1
+        assert finished and interrupted >= 3
