@@ -10,6 +10,7 @@ else ``~/.cache/tenferro``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -640,13 +641,19 @@ def _read_cache(path: Path, key: str) -> dict | None:
 
 
 def _write_cache(path: Path, entry: dict) -> None:
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tfmod")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(entry, f)
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:  # a read-only or full cache directory costs a recompile, never a failure
         _log.warning(
             "the compile cache could not be written (%s); the next run compiles again", exc
         )
+    finally:
+        if tmp is not None:  # not renamed into place (an error, or Ctrl-C): the file goes
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

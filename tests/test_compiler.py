@@ -415,6 +415,48 @@ def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path,
     assert dst.name.endswith(".tfmod") and not dst.name.startswith(".")
 
 
+def test_an_interrupt_while_a_cache_entry_is_written_leaves_no_file_behind(tmp_path, monkeypatch):
+    # Ctrl-C at any line of the write: no temporary file stays in the cache directory, no
+    # half entry is read, and the next compile writes the entry whole.
+    import sys
+
+    from tenferro import compiler
+
+    monkeypatch.setenv("TENFERRO_CACHE_DIR", str(tmp_path))
+    source = SRC + "\n// interrupted while cached"
+    interrupted = 0
+    for n in range(1, 50):
+        seen = 0
+
+        def trace(frame, event, arg, n=n):
+            nonlocal seen
+            if event == "line" and frame.f_code is compiler._write_cache.__code__:
+                seen += 1
+                if seen == n:
+                    raise KeyboardInterrupt
+            return trace
+
+        for entry in tmp_path.iterdir():
+            entry.unlink()
+        sys.settrace(trace)
+        try:
+            tf.compile_cuda(source)
+            finished = True
+        except KeyboardInterrupt:
+            finished = False
+        finally:
+            sys.settrace(None)
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert not [name for name in names if name.startswith(".tmp-")], (n, names)
+        assert tf.compile_cuda(source).signatures["scale"]  # whole, from the cache or compiled
+        [entry] = tmp_path.iterdir()
+        assert compiler.compile_cuda(source).from_cache and entry.suffix == ".tfmod"
+        if finished:
+            break
+        interrupted += 1
+    assert finished and interrupted >= 3
+
+
 def test_a_source_without_kernels_compiles_to_no_signatures():
     r = tf.compile_cuda("__device__ int twice(int x) { return 2 * x; }\n", cache=False)
     assert r.signatures == {} and r.image[:4] == b"\x7fELF"
