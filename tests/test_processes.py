@@ -1,4 +1,5 @@
-"""tenferro in processes: what importing does and does not do, and a fork after import.
+"""tenferro in processes and threads: importing, a fork after import, workers and threads
+that compile at once.
 
 The driver cannot be used in a child forked after the parent initialised it, so importing
 tenferro must not initialise it: a program may import tenferro, then fork workers (a torch
@@ -62,3 +63,62 @@ def test_the_check_sees_an_import_that_initialises_the_driver():
         [sys.executable, "-c", planted], capture_output=True, text=True, timeout=180
     )
     assert "after import and compile, cuInit calls: 1" in out.stdout.splitlines()
+
+
+COMPILE_ONCE = textwrap.dedent(
+    """
+    import sys
+    import tenferro as tf
+
+    r = tf.compile_cuda(sys.argv[1])
+    print(sorted(r.signatures), len(r.image) > 0)
+    """
+)
+
+
+def test_worker_processes_compiling_one_source_at_once_share_one_whole_cache_entry(tmp_path):
+    # Workers started together (a DataLoader's, torchrun's) race to write the same entry: each
+    # gets its kernels, and the cache ends with that one entry, no temporary file beside it.
+    source = 'extern "C" __global__ void raced(float* y, unsigned n) { if (n) y[0] = 1.0f; }'
+    env = dict(os.environ, TENFERRO_CACHE_DIR=str(tmp_path))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", COMPILE_ONCE, source],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outs = [w.communicate(timeout=180) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0, 0], [err for _, err in outs]
+    assert [out for out, _ in outs] == ["['raced'] True\n"] * 4
+    assert [
+        p.name.endswith(".tfmod") and not p.name.startswith(".") for p in tmp_path.iterdir()
+    ] == [True]
+
+
+def test_threads_compiling_at_once_each_get_the_kernels_and_the_cache_counts_every_call():
+    import threading
+
+    import tenferro as tf
+
+    source = 'extern "C" __global__ void threaded(float* y) { y[0] = 2.0f; }'
+    before = tf.cache_stats()
+    results, errors = [], []
+
+    def compile_one():
+        try:
+            results.append(sorted(tf.compile_cuda(source).signatures))
+        except Exception as exc:  # reported below, with the thread's error
+            errors.append(exc)
+
+    threads = [threading.Thread(target=compile_one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    after = tf.cache_stats()
+    assert errors == [] and results == [["threaded"]] * 6
+    assert (after["hits"] - before["hits"]) + (after["misses"] - before["misses"]) == 6
