@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +33,18 @@ __all__ = ["FENCE_BYTES", "FENCE_EVERY", "SessionState"]
 FENCE_EVERY = 256  # launches between liveness fences: bounds what a long loop keeps alive
 FENCE_BYTES = 256 << 20  # bytes allocated between fences: bounds the memory held owners pin
 _get_ident = threading.get_ident
+_open_states: weakref.WeakSet[SessionState] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's open sessions are not this process's: every use is refused, naming the fork.
+    for st in list(_open_states):
+        st.forked = True
+        st.fast_path_ok = False
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class SessionState:
@@ -44,6 +58,7 @@ class SessionState:
     """
 
     __slots__ = (
+        "__weakref__",
         "active_timeline",
         "context",
         "device",
@@ -51,6 +66,7 @@ class SessionState:
         "external_stream",
         "fast_path_ok",
         "faulted",
+        "forked",
         "import_event",
         "is_open",
         "launch_count",
@@ -76,6 +92,7 @@ class SessionState:
     thread: int | None
     is_open: bool
     faulted: bool
+    forked: bool
     fast_path_ok: bool
     liveness: Liveness
     ordering: StreamOrdering
@@ -101,6 +118,7 @@ class SessionState:
         self.thread = None
         self.is_open = False
         self.faulted = False
+        self.forked = False  # opened in the parent of this forked process
         self.fast_path_ok = False
         self.liveness = Liveness(0, FENCE_EVERY, FENCE_BYTES)  # its stream is set on open
         self.ordering = StreamOrdering(0, 0, frozenset())  # producers to wait for; set on open
@@ -135,11 +153,15 @@ class SessionState:
         self.thread = _get_ident()
         self.is_open = True
         self.fast_path_ok = True
+        _open_states.add(self)
 
     def close(self) -> None:
         """Release what the session holds and restore the context current before it opened."""
         self.is_open = False
         self.fast_path_ok = False
+        _open_states.discard(self)
+        if self.forked:  # the parent's driver objects: not this process's to release
+            return
         self.liveness.close()
         self.stream_owner = None
         self.resources.clear()
@@ -168,6 +190,11 @@ class SessionState:
 
     def check_use(self, op: str, *, faulted_ok: bool = False) -> None:
         """Refuse use (naming ``op``) when closed, from another thread, or after a fault."""
+        if self.forked:
+            raise RuntimeStateError(
+                f"{op}: the session was opened before this process was forked from its "
+                f"parent: {_driver.FORKED_WHY}"
+            )
         if not self.is_open:
             raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
         if _get_ident() != self.thread:

@@ -122,3 +122,81 @@ def test_threads_compiling_at_once_each_get_the_kernels_and_the_cache_counts_eve
     after = tf.cache_stats()
     assert errors == [] and results == [["threaded"]] * 6
     assert (after["hits"] - before["hits"]) + (after["misses"] - before["misses"]) == 6
+
+
+def _in_a_forked_child(check):
+    """Run ``check()`` in a child forked now; return what it printed (its last line)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without the parent's atexit handlers
+        try:
+            said = check()
+        except BaseException as exc:
+            said = f"{type(exc).__name__}: {exc}"
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as got:
+        said = got.read()
+    os.waitpid(pid, 0)
+    return said
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_child_forked_after_the_driver_started_is_told_to_spawn(monkeypatch):
+    import tenferro as tf
+    from tenferro._driver import devices
+
+    monkeypatch.setattr(devices, "_initialised", True)  # as after a session (no GPU needed)
+
+    def first_call():
+        tf.Session(0).__enter__()
+        return "opened"
+
+    said = _in_a_forked_child(first_call)
+    assert said.startswith(
+        "RuntimeStateError: session: this process was forked from one that had initialised "
+        "CUDA, and the driver cannot be used after a fork; start worker processes with the "
+        "'spawn' method"
+    ), said
+    devices.ensure_init("the parent")  # the parent itself is untouched
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_session_open_at_the_fork_refuses_use_in_the_child_and_serves_the_parent(monkeypatch):
+    import threading
+
+    from tenferro import _driver
+    from tenferro import _state as state_part
+
+    class _Context:  # as the device's primary context answers an open
+        def make_current(self):
+            return 0
+
+    released = []
+    monkeypatch.setattr(_driver.PrimaryContext, "get", lambda device, op: _Context())
+    monkeypatch.setattr(state_part, "open_stream", lambda ext, ctx, op: (0x5, frozenset({0x5})))
+    monkeypatch.setattr(_driver, "event_create", lambda *a: 0x9)
+    monkeypatch.setattr(_driver, "launcher", lambda: None)
+    monkeypatch.setattr(_driver, "event_destroy", lambda h: released.append(("event", h)))
+    monkeypatch.setattr(_driver, "stream_destroy", lambda h: released.append(("stream", h)))
+    monkeypatch.setattr(_driver, "set_current", lambda c: None)
+    st = state_part.SessionState(None, 0, None, None)
+    st.open()
+
+    def use_then_close():
+        try:
+            st.check_use("session.launch")
+            return "used"
+        except Exception as exc:
+            st.close()  # releases nothing of the parent's
+            return f"{exc} | released {released}"
+
+    said = _in_a_forked_child(use_then_close)
+    assert said.startswith(
+        "session.launch: the session was opened before this process was forked from its "
+        "parent: this process was forked from one that had initialised CUDA"
+    ), said
+    assert said.endswith("| released []")
+    st.check_use("session.launch")  # the parent's session is unaffected
+    assert st.fast_path_ok and st.thread == threading.get_ident()

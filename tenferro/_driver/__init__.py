@@ -18,7 +18,7 @@ from .context import (
     mem_get_info,
     set_current,
 )
-from .devices import device_count, device_summary, driver_version, ensure_init
+from .devices import FORKED_WHY, device_count, device_summary, driver_version, ensure_init
 from .fast_launch import (
     ExtendedLaunchRecord,
     LaunchRecord,
@@ -74,6 +74,7 @@ from .streams import (
 )
 
 __all__ = [  # what the other modules use; nothing else crosses the seam
+    "FORKED_WHY",
     "ExecutableGraph",
     "ExtendedLaunchRecord",
     "LaunchRecord",

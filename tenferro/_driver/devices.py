@@ -8,16 +8,35 @@ memory) answer without making a context.
 
 from __future__ import annotations
 
+import os
 import threading
 
 from ..errors import RuntimeStateError
 from .results import IMPORT_ERROR, check, cu, result_name
 
-__all__ = ["device_count", "device_summary", "driver_version", "ensure_init"]
+__all__ = ["FORKED_WHY", "device_count", "device_summary", "driver_version", "ensure_init"]
 
 _init_lock = threading.Lock()
 _initialised = False
 _driver_version = 0
+# Set in a child forked from a process that had initialised the driver, which it cannot use.
+_forked_from_initialised = False
+FORKED_WHY = (
+    "this process was forked from one that had initialised CUDA, and the driver cannot be "
+    "used after a fork; start worker processes with the 'spawn' method "
+    "(multiprocessing.get_context('spawn'), torch.multiprocessing.set_start_method('spawn')), "
+    "or fork before the parent's first session"
+)
+
+
+def _after_fork_in_child() -> None:
+    global _initialised, _forked_from_initialised
+    if _initialised:
+        _initialised, _forked_from_initialised = False, True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def ensure_init(op: str = "session") -> None:
@@ -28,6 +47,8 @@ def ensure_init(op: str = "session") -> None:
     with _init_lock:
         if _initialised:
             return
+        if _forked_from_initialised:
+            raise RuntimeStateError(f"{op}: {FORKED_WHY}")
         if cu is None:
             raise RuntimeStateError(f"{op}: cuda.bindings could not be imported: {IMPORT_ERROR}")
         try:
