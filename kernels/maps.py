@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from tenferro import CompileError, ValidationError, u64
 
 from ._build import C_TYPES, check_session, function, grid_stride, plan, scalar_for, spans_1d
@@ -243,7 +245,15 @@ def _fused_function(
 
 
 def _is_scalar(v: Any) -> bool:
-    return isinstance(v, (int, float)) or (hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0)
+    """A number, a numpy scalar or a 0-d host array; a device array (0-d too) is an array."""
+    if isinstance(v, (int, float, np.generic)):
+        return True
+    if isinstance(v, np.ndarray):
+        return v.ndim == 0
+    cls = type(v)
+    if hasattr(cls, "__cuda_array_interface__") or hasattr(cls, "__dlpack__"):
+        return False  # on the device: read at element i, as the other arrays are
+    return hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0
 
 
 def _fused_source(ctype: str, params: list[str], arrays: list[str], expr: str) -> str:

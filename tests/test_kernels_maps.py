@@ -180,3 +180,35 @@ def test_an_operand_named_as_a_type_or_function_is_refused(name):
             [name],
             (False,),
         )
+
+
+class _DeviceScalar:
+    """A 0-d array on the device, as torch, CuPy and tf.Tensor present one."""
+
+    dtype, ndim = np.dtype(np.float32), 0
+    __cuda_array_interface__ = property(lambda self: {})
+
+
+class _DLPackScalar:
+    dtype, ndim = np.dtype(np.float32), 0
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not read here")
+
+
+@pytest.mark.parametrize(
+    ("value", "scalar"),
+    [
+        (2.0, True),
+        (3, True),
+        (np.float32(2.0), True),
+        (np.array(2.0), True),  # a 0-d host array: a value
+        (_DeviceScalar(), False),  # a 0-d device array: an array of one element
+        (_DLPackScalar(), False),
+        (np.ones(3), False),
+    ],
+)
+def test_a_0d_device_array_is_an_array_operand_and_a_host_number_a_scalar(value, scalar):
+    from tenferro.kernels import maps
+
+    assert maps._is_scalar(value) is scalar
