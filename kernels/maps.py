@@ -148,6 +148,7 @@ _MATH = frozenset(
     erff floorf ceilf fmaf min max""".split()
 )
 _C_TYPE_NAMES = frozenset("float double int unsigned long short char".split())  # casts
+_RESERVED = _MATH | _C_TYPE_NAMES  # what an expression may name besides its operands
 
 
 def elementwise(s: Any, expr: str, out: Any, **operands: Any) -> None:
@@ -215,7 +216,7 @@ def _fused_function(
 ) -> Any:
     """The fused kernel of ``expr`` over the operands ``names`` (scalar or array), compiled."""
     for name in _IDENT.findall(_NUMBER.sub(" ", expr)):
-        if name not in names and name not in _MATH and name not in _C_TYPE_NAMES:
+        if name not in names and name not in _RESERVED:
             raise ValidationError(
                 f"{op}: expr uses {name!r}, which is neither an operand "
                 f"({names}) nor a known math function"
@@ -223,12 +224,7 @@ def _fused_function(
     ctype = C_TYPES[t.name]
     params, array_names = [f"{ctype}* __restrict__ out_"], []
     for name, scalar in zip(names, scalars, strict=True):
-        if (
-            name in _MATH
-            or name in _C_TYPE_NAMES
-            or name.endswith("_")
-            or not _IDENT.fullmatch(name)
-        ):
+        if name in _RESERVED or name.endswith("_") or not _IDENT.fullmatch(name):
             raise ValidationError(f"{op}: operand name {name!r} is not usable")
         if scalar:
             params.append(f"{ctype} {name}")

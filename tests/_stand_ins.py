@@ -1,5 +1,7 @@
 """What CPU tests' stand-ins for a session's state share."""
 
+import sys
+
 import tenferro as tf
 
 
@@ -169,3 +171,26 @@ def refusal_in_another_thread(call):
     t.start()
     t.join()
     return seen[0] if seen else None
+
+
+def finishes_despite_interrupt_at(n, where, call):
+    """Run ``call()`` with KeyboardInterrupt raised at the n-th line run in code objects that
+    ``where(code)`` accepts (Ctrl-C arriving there); True if ``call`` finished before it."""
+    seen = 0
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if event == "line" and where(frame.f_code):
+            seen += 1
+            if seen == n:
+                raise KeyboardInterrupt
+        return trace
+
+    sys.settrace(trace)
+    try:
+        call()
+        return True
+    except KeyboardInterrupt:
+        return False
+    finally:
+        sys.settrace(None)

@@ -1172,25 +1172,12 @@ def test_ptx_alone_still_takes_a_scalar_of_a_by_value_parameters_size():
     ParamBlock(ptx).pack([tf.f64(1.0), _mut(8)], None, "session.launch")  # no C type to say
 
 
-def _interrupt_at(n):
-    """A trace function raising KeyboardInterrupt at the n-th line run in tenferro.args code
-    (the generated pack included): Ctrl-C arriving there."""
-    seen = 0
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        if "tenferro" in frame.f_code.co_filename and "args" in frame.f_code.co_filename:
-            if event == "line":
-                seen += 1
-                if seen == n:
-                    raise KeyboardInterrupt
-        return trace
-
-    return trace
+def _in_args_code(code):  # tenferro.args and the pack it generates
+    return "tenferro" in code.co_filename and "args" in code.co_filename
 
 
 def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_packed_block_behind():
-    import sys
+    from _stand_ins import finishes_despite_interrupt_at
 
     op = "session.launch"
     y, x = _mut(0x1000), _ref(0x2000)
@@ -1207,14 +1194,7 @@ def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_packed_block_behind():
     b.pack(first, None, op)
     interrupted = 0
     for n in range(1, 500):
-        sys.settrace(_interrupt_at(n))
-        try:
-            b.pack(second, None, op)
-            finished = True
-        except KeyboardInterrupt:
-            finished = False
-        finally:
-            sys.settrace(None)
+        finished = finishes_despite_interrupt_at(n, _in_args_code, lambda: b.pack(second, None, op))
         # Whatever the interrupt left, the next pack writes exactly its own arguments: the
         # last complete one's again (no shortcut past half-written bytes), then the other.
         assert b.pack(first, None, op) == [y, x] and b.snapshot() == expect_first, n

@@ -418,7 +418,7 @@ def test_a_cache_entry_is_written_beside_itself_and_renamed_into_place(tmp_path,
 def test_an_interrupt_while_a_cache_entry_is_written_leaves_no_file_behind(tmp_path, monkeypatch):
     # Ctrl-C at any line of the write: no temporary file stays in the cache directory, no
     # half entry is read, and the next compile writes the entry whole.
-    import sys
+    from _stand_ins import finishes_despite_interrupt_at
 
     from tenferro import compiler
 
@@ -426,26 +426,13 @@ def test_an_interrupt_while_a_cache_entry_is_written_leaves_no_file_behind(tmp_p
     source = SRC + "\n// interrupted while cached"
     interrupted = 0
     for n in range(1, 50):
-        seen = 0
-
-        def trace(frame, event, arg, n=n):
-            nonlocal seen
-            if event == "line" and frame.f_code is compiler._write_cache.__code__:
-                seen += 1
-                if seen == n:
-                    raise KeyboardInterrupt
-            return trace
-
         for entry in tmp_path.iterdir():
             entry.unlink()
-        sys.settrace(trace)
-        try:
-            tf.compile_cuda(source)
-            finished = True
-        except KeyboardInterrupt:
-            finished = False
-        finally:
-            sys.settrace(None)
+        finished = finishes_despite_interrupt_at(
+            n,
+            lambda code: code is compiler._write_cache.__code__,
+            lambda: tf.compile_cuda(source),
+        )
         names = sorted(p.name for p in tmp_path.iterdir())
         assert not [name for name in names if name.startswith(".tmp-")], (n, names)
         assert tf.compile_cuda(source).signatures["scale"]  # whole, from the cache or compiled

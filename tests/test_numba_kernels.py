@@ -769,28 +769,16 @@ def test_the_numba_simulator_is_named_when_a_kernel_is_given_under_it():
     )
 
 
-def _interrupt_at(n):
-    """A trace function raising KeyboardInterrupt at the n-th line run in tenferro's packing
-    code (generated code included): Ctrl-C arriving there."""
-    seen = 0
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        name = frame.f_code.co_filename
-        if event == "line" and "tenferro" in name and ("numba_kernels" in name or "args" in name):
-            seen += 1
-            if seen == n:
-                raise KeyboardInterrupt
-        return trace
-
-    return trace
+def _in_packing_code(code):  # tenferro's packing, generated code included
+    name = code.co_filename
+    return "tenferro" in name and ("numba_kernels" in name or "args" in name)
 
 
 def test_an_interrupt_anywhere_in_a_numba_pack_leaves_no_half_packed_block_behind():
     # Ctrl-C between any two lines of a pack, on its general path (another array) and its
     # quick one (the same arrays, new numpy scalars): the next pack writes exactly its own
     # arguments, the very objects of the last complete pack included.
-    import sys
+    from _stand_ins import finishes_despite_interrupt_at
 
     from tenferro.numba_kernels import NumbaParamBlock
 
@@ -814,14 +802,9 @@ def test_an_interrupt_anywhere_in_a_numba_pack_leaves_no_half_packed_block_behin
         b.pack(first, None, op)
         interrupted, finished = 0, False
         for n in range(1, 500):
-            sys.settrace(_interrupt_at(n))
-            try:
-                b.pack(other, None, op)
-                finished = True
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.settrace(None)
+            finished = finishes_despite_interrupt_at(
+                n, _in_packing_code, lambda other=other: b.pack(other, None, op)
+            )
             assert b.pack(first, None, op) == [y, x] and b.snapshot() == expect_first, n
             assert b.pack(other, None, op) == other[:2] and b.snapshot() == expect_other, n
             b.pack(first, None, op)
