@@ -1155,6 +1155,8 @@ def test_a_typed_scalar_of_a_structs_size_is_refused_where_the_compiler_named_th
     extern "C" __global__ void s(P p, Mode m, float* o) {}"""
     b = _block(src, "s")
     struct = tf.KernelArg.struct(struct_bytes := bytes(range(8)))
+    b.pack([tf.KernelArg.struct(bytes(8)), tf.i32(5), _mut(8)], None, "session.launch")
+    before = b.snapshot()
     for scalar in (tf.f64(1.0), tf.u64(7), tf.i64(-1)):  # 8 bytes, as P is: still refused
         with pytest.raises(
             tf.ValidationError,
@@ -1162,6 +1164,7 @@ def test_a_typed_scalar_of_a_structs_size_is_refused_where_the_compiler_named_th
             r"\(8 bytes, aligned to 4\); pass its bytes with tf\.KernelArg\.struct ",
         ):
             b.pack([scalar, tf.i32(1), _mut(8)], None, "session.launch")
+        assert b.snapshot() == before  # a refused pack wrote nothing
     b.pack([struct, tf.i32(1), _mut(8)], None, "session.launch")  # the struct itself
     assert ctypes.string_at(ctypes.addressof(b._buf), 8) == struct_bytes
     b.pack([struct, tf.u32(1), _mut(8)], None, "session.launch")  # an enum takes its int
