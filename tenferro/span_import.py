@@ -206,7 +206,7 @@ def _span_import(cls: type, op: str) -> Any:
     by_dtype: Any = None
     current_stream: Any = None
 
-    def span(st: Any, x: Any, dtype: Any = None, allow_strided: bool = False) -> Any:
+    def span(st: Any, x: Any, dtype: Any = None, *, allow_strided: bool = False) -> Any:
         nonlocal fast_kind, by_dtype, current_stream
         if dtype is None and st.fast_path_ok and _get_ident() == st.thread:
             kind = x.__class__

@@ -396,3 +396,25 @@ def test_every_method_says_what_it_does_and_takes_the_parts_arguments():
         "NVRTC" not in (tf.Session.upload.__doc__ or "")
         and "host array" in tf.Session.upload.__doc__
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("tensor", (np.ones(3),)), ("tensor_mut", (np.ones(3),)), ("launch", (None, None, []))],
+)
+def test_an_instances_launch_calls_behave_as_the_documented_methods(name, args):
+    s = tf.Session(0)  # not entered: every call is refused, with no GPU needed
+    call = getattr(s, name)
+    assert call.__doc__ == getattr(tf.Session, name).__doc__
+    with pytest.raises(tf.RuntimeStateError) as via_instance:
+        call(*args)
+    with pytest.raises(tf.RuntimeStateError) as via_method:
+        getattr(tf.Session, name)(s, *args)
+    assert str(via_instance.value) == str(via_method.value)
+    assert str(via_instance.value).startswith(f"session.{name}: ")
+
+
+def test_allow_strided_is_a_keyword_as_the_method_says():
+    s = tf.Session(0)
+    with pytest.raises(TypeError):
+        s.tensor(np.ones(3), None, True)
