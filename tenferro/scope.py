@@ -3,7 +3,7 @@
 A session enters and leaves through `entered` and `left`; `innermost` is the one
 `tenferro.from_dlpack` uses by default. `keep_open` and `kept` are the registry of sessions
 kept open outside a ``with`` block (``tf.Session.open``, tenferro.torch's per-thread
-sessions) until they close or the interpreter exits (`close_kept`).
+sessions) until they close, their thread ends, or the interpreter exits (`close_kept`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def kept(key: Hashable) -> Any:
 
 
 def keep_open(s: Any, key: Hashable, *, innermost: bool = True) -> None:
-    """Keep ``s``, entered on this thread, under ``key`` until it closes or the interpreter exits.
+    """Keep ``s``, entered on this thread, under ``key`` until it closes, the thread ends or the
+    interpreter exits.
 
     ``innermost=False``: not this thread's default session (`tenferro.from_dlpack` keeps
     using the user's own), as for the sessions tenferro.torch makes behind operators.
@@ -64,6 +65,8 @@ def keep_open(s: Any, key: Hashable, *, innermost: bool = True) -> None:
     global _exit_hook
     if not innermost:
         _leave_stack(s)
+    if threading.current_thread() is not threading.main_thread() and not hasattr(_local, "end"):
+        _local.end = _ThreadEnd()
     with _lock:
         _kept[key] = (s, threading.get_ident())
         if not _exit_hook:
@@ -81,6 +84,20 @@ def close_kept(match: Callable[[Hashable], bool]) -> None:
             s.close()
         except Exception:  # a faulted device: the session is closed all the same
             pass
+
+
+class _ThreadEnd:
+    """In the local storage of a thread that keeps sessions open: the thread's end drops it,
+    and the ending thread, which alone may close them, closes its kept sessions."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def __del__(self) -> None:
+        if threading.get_ident() == self.thread:  # else a leak until exit, never a refusal
+            _close_at_exit()
 
 
 def _close_at_exit() -> None:

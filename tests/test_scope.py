@@ -100,19 +100,73 @@ def test_a_kept_session_not_innermost_leaves_the_users_default_alone():
 def test_close_kept_closes_this_threads_matching_sessions_only():
     ops, mine = Stand(0).__enter__(), Stand.open(1)
     scope.keep_open(ops, ("ops", 0), innermost=False)
-    theirs = []
+    theirs, kept, done = [], threading.Event(), threading.Event()
 
     def other():
         theirs.append(Stand(0).__enter__())
         scope.keep_open(theirs[0], ("ops", 1), innermost=False)
+        kept.set()
+        done.wait(timeout=30)  # alive while the main thread closes its own
 
     t = threading.Thread(target=other)
     t.start()
-    t.join()
+    kept.wait(timeout=30)
     scope.close_kept(lambda key: key[0] == "ops")
     assert not ops.is_open and mine.is_open and theirs[0].is_open  # another thread's stays
     assert scope.kept(("ops", 1)) is theirs[0]
-    theirs[0].__exit__(None, None, None)
+    done.set()
+    t.join()
+
+
+@pytest.mark.parametrize("how", ["returns", "raises"])
+def test_a_thread_that_ends_closes_the_sessions_it_kept_open_itself(how):
+    # A worker thread (a server's, a DataLoader's pin thread) that ends with sessions open
+    # must not leave them, and their memory, behind until the process exits.
+    kept, closed_by = [], []
+
+    class Closing(Stand):
+        def __exit__(self, exc_type, exc, tb):
+            closed_by.append(threading.get_ident())
+            super().__exit__(exc_type, exc, tb)
+
+    def worker():
+        kept.append(Closing.open(0))
+        ops = Closing(1).__enter__()
+        scope.keep_open(ops, ("ops", 1), innermost=False)
+        kept.append(ops)
+        if how == "raises":
+            raise RuntimeError("the worker failed")
+
+    errors = []
+    t = threading.Thread(target=worker)
+    previous, threading.excepthook = threading.excepthook, lambda args: errors.append(args)
+    try:
+        t.start()
+        t.join()
+    finally:
+        threading.excepthook = previous
+    assert [type(e.exc_value) for e in errors] == ([RuntimeError] if how == "raises" else [])
+    assert [s.is_open for s in kept] == [False, False] and [s.exits for s in kept] == [1, 1]
+    assert closed_by == [t.ident, t.ident]  # closed by their own thread, as they must be
+    assert scope.kept(("ops", 1)) is None and scope.kept((t.ident, 0)) is None
+
+
+def test_a_thread_that_closed_its_sessions_itself_ends_without_closing_them_again():
+    kept = []
+
+    def worker():
+        kept.append(Stand.open(0))
+        kept[0].close()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert kept[0].exits == 1
+
+
+def test_the_main_threads_kept_sessions_wait_for_the_exit_hook():
+    s = Stand.open(0)
+    assert not hasattr(scope._local, "end") and s.is_open  # the interpreter's exit closes it
 
 
 def test_the_exit_hook_is_registered_once(monkeypatch):
