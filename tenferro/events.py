@@ -34,7 +34,7 @@ class Event:
 
     def __del__(self) -> None:
         h, self.handle = getattr(self, "handle", 0), 0
-        if h:
+        if h and not _driver.forked_child():  # a forked child's events are the parent's
             try:
                 _driver.event_destroy(h)
             except Exception:  # never raise from a finaliser

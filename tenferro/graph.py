@@ -140,7 +140,7 @@ class Graph:
     def __del__(self) -> None:
         exec_graph, graph = getattr(self, "_exec", None), getattr(self, "_graph", 0)
         self._exec, self._graph = None, 0
-        if exec_graph is None and not graph:
+        if (exec_graph is None and not graph) or _driver.forked_child():  # the parent's
             return
         live = getattr(getattr(self, "state", None), "liveness", None)
         if live is None or not live.capturing:  # its own session's capture, or one on this thread

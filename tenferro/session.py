@@ -115,7 +115,8 @@ class Session:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         st = self._state
         try:
-            if not st.faulted:  # a faulted stream reports the same fault again; once is enough
+            # A faulted stream reports the same fault again; a forked child's is the parent's.
+            if not st.faulted and not st.forked:
                 self.synchronize()
         except Exception as sync_exc:
             if exc is None:

@@ -166,8 +166,10 @@ def test_a_child_forked_after_the_driver_started_is_told_to_spawn(monkeypatch):
 def test_a_session_open_at_the_fork_refuses_use_in_the_child_and_serves_the_parent(monkeypatch):
     import threading
 
+    import tenferro as tf
     from tenferro import _driver
     from tenferro import _state as state_part
+    from tenferro._driver import devices
 
     class _Context:  # as the device's primary context answers an open
         def make_current(self):
@@ -181,22 +183,80 @@ def test_a_session_open_at_the_fork_refuses_use_in_the_child_and_serves_the_pare
     monkeypatch.setattr(_driver, "event_destroy", lambda h: released.append(("event", h)))
     monkeypatch.setattr(_driver, "stream_destroy", lambda h: released.append(("stream", h)))
     monkeypatch.setattr(_driver, "set_current", lambda c: None)
-    st = state_part.SessionState(None, 0, None, None)
-    st.open()
+    monkeypatch.setattr(devices, "_initialised", True)  # as after the session's cuInit
+    s = tf.Session(0).__enter__()
+    st = s._state
 
     def use_then_close():
         try:
-            st.check_use("session.launch")
+            s.launch(None, None, [])
             return "used"
         except Exception as exc:
-            st.close()  # releases nothing of the parent's
-            return f"{exc} | released {released}"
+            s.close()  # releases nothing of the parent's, and does not raise
+            return f"{exc} | closed {not s.is_open} | released {released}"
 
     said = _in_a_forked_child(use_then_close)
     assert said.startswith(
         "session.launch: the session was opened before this process was forked from its "
         "parent: this process was forked from one that had initialised CUDA"
     ), said
-    assert said.endswith("| released []")
+    assert said.endswith("| closed True | released []")
     st.check_use("session.launch")  # the parent's session is unaffected
-    assert st.fast_path_ok and st.thread == threading.get_ident()
+    assert st.fast_path_ok and st.thread == threading.get_ident() and s.is_open
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_the_parents_tensors_events_and_graphs_dropped_in_a_forked_child_release_nothing(
+    monkeypatch,
+):
+    # The child's garbage collector (or its exit) drops what it inherited; a driver call for
+    # it would act on the parent's objects through a driver this process cannot use.
+    import tenferro as tf
+    from tenferro import _driver
+    from tenferro._driver import devices
+
+    from tenferro.graph import Graph
+
+    calls = []
+    for name in ("mem_free", "mem_free_async", "event_destroy", "graph_destroy"):
+        monkeypatch.setattr(_driver, name, lambda *a, name=name: calls.append(name))
+    monkeypatch.setattr(devices, "_initialised", True)
+
+    class _State:  # an open session's state, on this thread
+        is_open, forked, stream = True, False, 5
+
+        def __init__(self):
+            import threading
+
+            self.thread = threading.get_ident()
+
+    class _Exec:
+        def destroy(self):
+            calls.append("exec_destroy")
+
+    class _Context:  # a tensor of a closed session frees with its context current
+        def push(self):
+            pass
+
+        def pop(self):
+            pass
+
+    def objects():
+        t = object.__new__(tf.Tensor)
+        t.ptr, t.nbytes, t.state, t.context = 0x5000, 4096, _State(), _Context()
+        t.state.is_open = False
+        ev = object.__new__(tf.Event)
+        ev.handle, ev.state = 0x9, _State()
+        g = object.__new__(Graph)
+        g._exec, g._graph, g.state = _Exec(), 0x7, _State()
+        return [t, ev, g]
+
+    def drop_them():
+        kept = objects()
+        del kept[:]
+        return f"driver calls {calls}"
+
+    assert _in_a_forked_child(drop_them) == "driver calls []"
+    kept = objects()  # the same objects dropped in the parent do reach the driver
+    del kept[:]
+    assert sorted(calls) == ["event_destroy", "exec_destroy", "graph_destroy", "mem_free"]

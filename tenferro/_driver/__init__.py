@@ -18,7 +18,14 @@ from .context import (
     mem_get_info,
     set_current,
 )
-from .devices import FORKED_WHY, device_count, device_summary, driver_version, ensure_init
+from .devices import (
+    FORKED_WHY,
+    device_count,
+    device_summary,
+    driver_version,
+    ensure_init,
+    forked_child,
+)
 from .fast_launch import (
     ExtendedLaunchRecord,
     LaunchRecord,
@@ -98,6 +105,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "event_query",
     "event_record",
     "event_synchronize",
+    "forked_child",
     "func_attribute",
     "func_param_layout",
     "func_set_attribute",

@@ -14,7 +14,14 @@ import threading
 from ..errors import RuntimeStateError
 from .results import IMPORT_ERROR, check, cu, result_name
 
-__all__ = ["FORKED_WHY", "device_count", "device_summary", "driver_version", "ensure_init"]
+__all__ = [
+    "FORKED_WHY",
+    "device_count",
+    "device_summary",
+    "driver_version",
+    "ensure_init",
+    "forked_child",
+]
 
 _init_lock = threading.Lock()
 _initialised = False
@@ -37,6 +44,11 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked_child() -> bool:
+    """True in a child forked after the driver started: the parent's objects stay unreleased."""
+    return _forked_from_initialised
 
 
 def ensure_init(op: str = "session") -> None:
