@@ -56,9 +56,9 @@ def kept(key: Hashable) -> Any:
 
 
 def keep_open(s: Any, key: Hashable, *, innermost: bool = True) -> None:
-    """Keep ``s``, entered on this thread, under ``key`` until it closes, the thread ends or the
-    interpreter exits.
+    """Keep ``s``, entered on this thread, under ``key`` until it closes or its thread ends.
 
+    The main thread's kept sessions close at the interpreter's exit.
     ``innermost=False``: not this thread's default session (`tenferro.from_dlpack` keeps
     using the user's own), as for the sessions tenferro.torch makes behind operators.
     """
@@ -87,8 +87,10 @@ def close_kept(match: Callable[[Hashable], bool]) -> None:
 
 
 class _ThreadEnd:
-    """In the local storage of a thread that keeps sessions open: the thread's end drops it,
-    and the ending thread, which alone may close them, closes its kept sessions."""
+    """Dropped with the local storage of a thread that kept sessions open, as the thread ends.
+
+    The ending thread, which alone may close them, closes its kept sessions then.
+    """
 
     __slots__ = ("thread",)
 

@@ -214,7 +214,6 @@ def test_the_parents_tensors_events_and_graphs_dropped_in_a_forked_child_release
     import tenferro as tf
     from tenferro import _driver
     from tenferro._driver import devices
-
     from tenferro.graph import Graph
 
     calls = []
