@@ -259,3 +259,364 @@ def test_the_parents_tensors_events_and_graphs_dropped_in_a_forked_child_release
     kept = objects()  # the same objects dropped in the parent do reach the driver
     del kept[:]
     assert sorted(calls) == ["event_destroy", "exec_destroy", "graph_destroy", "mem_free"]
+
+
+# --- on a GPU: what real programs do with sessions ---------------------------------------------
+
+GPU_SCRIPT = textwrap.dedent(
+    '''
+    import os, signal, sys, threading, time
+    import numpy as np
+    import tenferro as tf
+
+    AXPY = r"""
+    extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
+        unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = a * x[i] + y[i];
+    }
+    extern "C" __global__ void add_one(int* y, unsigned n) {
+        unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] += 1;
+    }"""
+    N = 1 << 16
+    rng = np.random.default_rng(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+
+
+    def axpy_right(s, fn, a=2.0):
+        """One launch of y = a x + y on fresh inputs, compared with numpy in float64."""
+        x, y = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+        dx, dy = s.upload(x), s.upload(y)
+        cfg = tf.LaunchConfig.flat(N, 256)
+        s.launch(fn, cfg, [s.tensor_mut(dy), s.tensor(dx), tf.f32(a), tf.u32(N)])
+        return bool(np.allclose(s.download(dy), a * x.astype(np.float64) + y, atol=1e-5))
+    '''
+)
+
+
+def _run_gpu_script(tmp_path, body, seed, timeout=240):
+    """Run GPU_SCRIPT + ``body`` as a file (spawned workers import it); stdout, stderr, rc."""
+    path = tmp_path / "program.py"
+    path.write_text(GPU_SCRIPT + textwrap.dedent(body))
+    out = subprocess.run(
+        [sys.executable, "-X", "faulthandler", str(path), str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env=dict(os.environ, NUMBA_DISABLE_PERFORMANCE_WARNINGS="1"),
+    )
+    return out.stdout.splitlines(), out.stderr, out.returncode
+
+
+def _seed(rng):
+    return int(rng.integers(1 << 31))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_child_forked_after_a_session_is_refused_and_the_parent_goes_on(device, rng, tmp_path):
+    lines, err, rc = _run_gpu_script(
+        tmp_path,
+        """
+        s = tf.Session.open(0)
+        fn = s.compile(AXPY).function("axpy")
+        print("parent before:", axpy_right(s, fn))
+        sys.stdout.flush()
+        if os.fork() == 0:
+            calls = (("a new session", lambda: tf.Session(0).__enter__()),
+                     ("the parent's session", lambda: axpy_right(s, fn)))
+            for name, call in calls:
+                try:
+                    call()
+                    print("child:", name, "worked")
+                except tf.RuntimeStateError as exc:
+                    print("child:", name, "refused:", exc)
+            sys.stdout.flush()
+            sys.exit(0)  # a normal exit: atexit handlers (tenferro's, numba's) run here too
+        print("child exit:", os.waitstatus_to_exitcode(os.wait()[1]))
+        sys.stdout.flush()
+        if os.fork() == 0:
+            sys.exit(0)  # a child that never touches tenferro
+        print("quiet child exit:", os.waitstatus_to_exitcode(os.wait()[1]))
+        print("parent after:", axpy_right(s, fn))
+        """,
+        _seed(rng),
+    )
+    assert (rc, err) == (0, ""), err
+    from tenferro._driver import FORKED_WHY
+
+    assert lines[0] == "parent before: True" and lines[3:] == [
+        "child exit: 0",
+        "quiet child exit: 0",
+        "parent after: True",
+    ]
+    assert lines[1].startswith("child: a new session refused: ") and FORKED_WHY in lines[1]
+    assert lines[2] == (
+        "child: the parent's session refused: session.upload: the session was opened before "
+        f"this process was forked from its parent: {FORKED_WHY}"
+    )
+
+
+@pytest.mark.gpu
+def test_spawned_workers_launch_on_cuda_tensors_the_parent_shares_with_them(device, rng, tmp_path):
+    pytest.importorskip("torch", reason="torch.multiprocessing shares CUDA tensors (CUDA IPC)")
+    lines, err, rc = _run_gpu_script(
+        tmp_path,
+        """
+        import torch
+        import torch.multiprocessing as mp
+
+        W = 3
+
+
+        def worker(rank, x, y, results):
+            # x and y came through CUDA IPC; this worker writes row `rank` of y in place.
+            with tf.Session(0) as s:
+                fn = s.compile(AXPY).function("axpy")
+                own = axpy_right(s, fn)  # its own tensors, from its own pool
+                args = [s.tensor_mut(y[rank]), s.tensor(x[rank]), tf.f32(rank + 1.0), tf.u32(N)]
+                s.launch(fn, tf.LaunchConfig.flat(N, 256), args)
+            results.put((rank, own))  # the block's end synchronized: the row is written
+
+
+        if __name__ == "__main__":
+            mp.set_start_method("spawn")
+            g = torch.Generator(device="cuda").manual_seed(int(sys.argv[1]))
+            x = torch.randn(W, N, device="cuda", generator=g)
+            y = torch.randn(W, N, device="cuda", generator=g)
+            x64, y64 = x.double().cpu().numpy(), y.double().cpu().numpy()
+            results = mp.Queue()
+            procs = [mp.Process(target=worker, args=(r, x, y, results)) for r in range(W)]
+            for p in procs:
+                p.start()
+            got = sorted(results.get(timeout=180) for _ in range(W))
+            for p in procs:
+                p.join(timeout=60)
+            want = np.arange(1.0, W + 1)[:, None] * x64 + y64
+            print("own tensors right:", [ok for _, ok in got])
+            print("shared tensors right:", np.allclose(y.double().cpu().numpy(), want, atol=1e-5))
+            print("worker exit codes:", [p.exitcode for p in procs])
+        """,
+        _seed(rng),
+    )
+    assert rc == 0 and "Traceback" not in err, err
+    assert lines == [
+        "own tensors right: [True, True, True]",
+        "shared tensors right: True",
+        "worker exit codes: [0, 0, 0]",
+    ]
+
+
+@pytest.mark.gpu
+def test_four_threads_each_with_a_session_launch_and_copy_at_once(device, rng):
+    import threading
+    import time
+
+    import numpy as np
+    from _sources import AXPY
+
+    import tenferro as tf
+
+    seeds, rounds, errors = rng.integers(1 << 31, size=4), [], []
+    go, until = threading.Barrier(4), time.monotonic() + 3.0
+
+    def worker(seed):
+        r = np.random.default_rng(seed)
+        try:
+            with tf.Session(device) as s:
+                fn = s.compile(AXPY).function("axpy")
+                go.wait(timeout=60)
+                done = 0
+                while time.monotonic() < until or done == 0:
+                    n = int(r.integers(1, 1 << 16))
+                    x, y = (r.standard_normal(n).astype(np.float32) for _ in range(2))
+                    dx, dy, out = s.upload(x), s.upload(y), s.alloc_output(n, np.float32)
+                    s.copy(out, dy)
+                    a = float(r.standard_normal())
+                    cfg = tf.LaunchConfig.flat(n, 256)
+                    s.launch(fn, cfg, [s.tensor_mut(out), s.tensor(dx), tf.f32(a), tf.u32(n)])
+                    want = np.float32(a) * x.astype(np.float64) + y
+                    if not np.allclose(s.download(out), want, atol=1e-5):
+                        errors.append(f"thread {seed}: wrong result at n={n}")
+                    done += 1
+                rounds.append(done)
+        except Exception as exc:  # reported with the others below
+            errors.append(f"thread {seed}: {type(exc).__name__}: {exc}")
+
+    with tf.Session(device) as s:
+        before = s.memory_stats()["used_bytes"]
+        threads = [threading.Thread(target=worker, args=(int(seed),)) for seed in seeds]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == [] and len(rounds) == 4 and min(rounds) > 0, (errors, rounds)
+        assert s.memory_stats()["used_bytes"] == before  # each thread's memory came back
+        print("rounds per thread:", rounds)
+
+
+@pytest.mark.gpu
+def test_a_thread_that_ends_with_its_session_open_closes_it_and_its_memory_goes_back(device, rng):
+    import threading
+
+    import numpy as np
+    from _sources import AXPY
+
+    import tenferro as tf
+
+    got = []
+
+    def worker():  # a server's thread that opened a session and never closed it
+        w = tf.Session.open(device)
+        fn = w.compile(AXPY).function("axpy")
+        n = 1 << 24  # 64 MiB a tensor
+        x = w.upload(rng.standard_normal(n).astype(np.float32))
+        y = w.alloc_zeros(n, np.float32)
+        w.launch(fn, tf.LaunchConfig.flat(n, 256), [w.tensor_mut(y), w.tensor(x), 2.0, n])
+        got.append((w, w.memory_stats()["reserved_bytes"]))
+
+    with tf.Session(device) as s:
+        s.trim_memory()
+        before = s.memory_stats()
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(timeout=120)
+        w, reserved_then = got[0]
+        assert reserved_then >= before["reserved_bytes"] + (128 << 20)
+        assert not w.is_open  # closed by its own thread as it ended
+        after = s.memory_stats()
+        assert after["used_bytes"] == before["used_bytes"]
+        assert after["reserved_bytes"] <= before["reserved_bytes"]  # the pool was trimmed
+
+
+@pytest.mark.gpu
+def test_ctrl_c_from_a_timer_mid_loop_leaves_the_session_usable_and_memory_comes_back(
+    device, rng, tmp_path
+):
+    # SIGINT from a timer lands between any two lines of the loop or of tenferro's own code
+    # (packing, holding, the launch), forty times at random moments.
+    lines, err, rc = _run_gpu_script(
+        tmp_path,
+        """
+        n = 4096
+        cfg = tf.LaunchConfig.flat(n, 256)
+        with tf.Session(0) as s:
+            base = s.memory_stats()["used_bytes"]
+        interrupted, wrong = 0, []
+        with tf.Session(0) as s:
+            fn = s.compile(AXPY).function("axpy")
+            one = s.compile(AXPY).function("add_one")
+            for k in range(40):
+                y0 = rng.integers(-1000, 1000, n).astype(np.int32)
+                dy = s.upload(y0)
+                bound = s.bind(one, cfg, [s.tensor_mut(dy), tf.u32(n)])
+                timer = threading.Timer(rng.uniform(0, 0.01), os.kill, (os.getpid(), signal.SIGINT))
+                launched = 0
+                timer.start()
+                try:
+                    while True:  # until Ctrl-C; the count lags the launches by at most one
+                        if launched % 2:
+                            bound()
+                        else:
+                            s.launch(one, cfg, [s.tensor_mut(dy), tf.u32(n)])
+                        launched += 1
+                except KeyboardInterrupt:
+                    interrupted += 1
+                timer.join()
+                added = s.download(dy).astype(np.int64) - y0
+                # every launch that ran wrote every element: one count for all, never a part
+                if not (added.min() == added.max() and launched <= added[0] <= launched + 1):
+                    wrong.append((k, launched, added.min(), added.max()))
+                if not axpy_right(s, fn):  # the session goes on: a fresh launch is right
+                    wrong.append((k, "axpy after the interrupt"))
+                del bound, dy
+        print("interrupted:", interrupted, "wrong:", wrong)
+        with tf.Session(0) as s:
+            print("memory back:", s.memory_stats()["used_bytes"] == base)
+        """,
+        _seed(rng),
+    )
+    assert rc == 0 and "Traceback" not in err, err
+    assert lines == ["interrupted: 40 wrong: []", "memory back: True"]
+
+
+EXIT_CASES = {
+    "a session kept open, a launch in flight": """
+        s = tf.Session.open(0)
+        fn = s.compile(AXPY).function("axpy")
+        x = s.upload(rng.standard_normal(N).astype(np.float32))
+        y = s.alloc_zeros(N, np.float32)
+        for _ in range(200):
+            s.launch(fn, tf.LaunchConfig.flat(N, 256), [s.tensor_mut(y), s.tensor(x), 2.0, N])
+        print("done")
+        """,
+    "a daemon thread launching as the interpreter exits": """
+        started = threading.Event()
+
+        def forever():
+            with tf.Session(0) as s:
+                fn = s.compile(AXPY).function("axpy")
+                x = s.upload(rng.standard_normal(N).astype(np.float32))
+                y = s.alloc_zeros(N, np.float32)
+                cfg = tf.LaunchConfig.flat(N, 256)
+                while True:
+                    s.launch(fn, cfg, [s.tensor_mut(y), s.tensor(x), 2.0, N])
+                    started.set()
+
+        threading.Thread(target=forever, daemon=True).start()
+        started.wait(timeout=120)
+        time.sleep(0.2)
+        print("done")
+        """,
+    "a graph and a bound launch alive": """
+        s = tf.Session.open(0)
+        fn = s.compile(AXPY).function("axpy")
+        x = s.upload(rng.standard_normal(N).astype(np.float32))
+        y = s.alloc_zeros(N, np.float32)
+        cfg = tf.LaunchConfig.flat(N, 256)
+        bound = s.bind(fn, cfg, [s.tensor_mut(y), s.tensor(x), tf.f32(1.0), tf.u32(N)])
+        with s.capture() as cap:
+            bound()
+            bound()
+        graph = cap.graph
+        for _ in range(10):
+            graph.replay()
+            bound()
+        print("done")
+        """,
+    "torch and numba in use, a user's atexit handler reading results": """
+        import atexit
+
+        import torch
+        from numba import cuda
+
+        def double(y):
+            i = cuda.grid(1)
+            if i < y.size:
+                y[i] *= 2
+
+        s = tf.Session.open(0)
+        t = torch.randn(N, device="cuda")
+        kern = s.numba_kernel(double)
+        s.launch(kern, tf.LaunchConfig.flat(N, 256), [s.tensor_mut(t)])
+        want = 2 * t.double().cpu().numpy()  # torch's read waits for the session's launch
+        dev = cuda.to_device(np.ones(N, np.float32))  # numba's own context use
+        fn = s.compile(AXPY).function("axpy")
+        s.launch(fn, tf.LaunchConfig.flat(N, 256), [s.tensor_mut(dev), s.tensor(t), 1.0, N])
+        atexit.register(lambda: print("at exit, numba's array right:",
+                                      np.allclose(dev.copy_to_host(), want / 2 + 1, atol=1e-5)))
+        print("done")
+        """,
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(EXIT_CASES), ids=lambda c: c.split(",")[0])
+def test_the_interpreter_exits_cleanly_with_work_left_open(device, rng, tmp_path, case):
+    if "torch" in case:
+        pytest.importorskip("torch", reason="the case uses torch tensors")
+    lines, err, rc = _run_gpu_script(tmp_path, EXIT_CASES[case], _seed(rng))
+    assert (rc, err) == (0, ""), f"exit status {rc}, stderr:\n{err}"
+    assert lines[0] == "done"
+    if "atexit" in case:
+        assert lines[1:] == ["at exit, numba's array right: True"]
