@@ -523,3 +523,205 @@ def test_an_empty_argument_list_after_a_synchronize_is_refused_not_launched(sess
             session.launch(fn, tf.LaunchConfig.flat(n, 128), [])
         session.synchronize()
         assert np.isnan(session.download(y)).all()  # nothing ran
+
+
+# --- the launch path fuzzed: accepted and right, or refused and nothing written ----------------
+
+AFFINE = r"""
+template <typename T, typename Wide>
+__device__ void affine(T* y, const T* x, T a, T b, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (T)((Wide)a * (Wide)x[i] + (Wide)b);  // integers wrap: unsigned Wide
+}
+extern "C" __global__ void affine_f32(float* y, const float* x, float a, float b, unsigned n) {
+    affine<float, float>(y, x, a, b, n);
+}
+extern "C" __global__ void affine_f64(double* y, const double* x, double a, double b,
+                                      unsigned n) {
+    affine<double, double>(y, x, a, b, n);
+}
+extern "C" __global__ void affine_i32(int* y, const int* x, int a, int b, unsigned n) {
+    affine<int, unsigned>(y, x, a, b, n);
+}
+extern "C" __global__ void affine_i64(long long* y, const long long* x, long long a,
+                                      long long b, unsigned n) {
+    affine<long long, unsigned long long>(y, x, a, b, n);
+}
+"""
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_PAST = float(np.nextafter(np.float64(_F32_MAX), np.inf)) * (1 + 2**-24)  # rounds to inf
+_FUZZ_TYPES = {
+    "f32": (np.float32, tf.f32),
+    "f64": (np.float64, tf.f64),
+    "i32": (np.int32, tf.i32),
+    "i64": (np.int64, tf.i64),
+}
+
+
+def _fits(name, v):
+    """Whether ``v`` is a value the kernel's parameter type holds (else a refusal is due)."""
+    if name == "f32":
+        with np.errstate(over="ignore"):  # round to nearest: past max + half an ulp is inf
+            return bool(np.isfinite(np.float32(np.float64(v))))
+    if name == "f64":
+        return True
+    bits = 32 if name == "i32" else 64
+    return -(1 << (bits - 1)) <= v < 1 << (bits - 1)
+
+
+def _fuzz_scalars(name):
+    from hypothesis import strategies as st
+
+    if name in ("i32", "i64"):
+        bits = 32 if name == "i32" else 64
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        edges = st.sampled_from([lo, hi, lo - 1, hi + 1, 0, -1, 1])
+        return st.one_of(edges, st.integers(lo, hi))
+    if name == "f32":
+        edges = st.sampled_from([_F32_MAX, -_F32_MAX, _F32_PAST, -_F32_PAST, 1e-45, -0.0, 1.0])
+        return st.one_of(edges, st.floats(-_F32_MAX, _F32_MAX, width=32))
+    return st.floats(-1e300, 1e300, allow_nan=False)
+
+
+def _affine_want(name, x, a, b):
+    """What the kernel must write: wrapped integers exactly; floats in float64, with a bound."""
+    if name in ("i32", "i64"):
+        bits = 32 if name == "i32" else 64
+        wrapped = [((a * int(v) + b) % (1 << bits)) for v in x]
+        return np.array([v - (1 << bits) if v >> (bits - 1) else v for v in wrapped]), 0.0
+    dt = _FUZZ_TYPES[name][0]
+    a64, b64 = np.float64(dt(a)), np.float64(dt(b))
+    exact = a64 * x.astype(np.float64) + b64
+    ulp = 2.0**-23 if name == "f32" else 2.0**-52
+    return exact, 2 * ulp * (np.abs(a64 * x) + abs(b64)) + 1e-300
+
+
+@pytest.mark.gpu
+def test_fuzzed_launches_are_right_against_numpy_or_refused_with_nothing_written(session):
+    from conftest import CAI
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    module = session.compile(AFFINE)
+    fns = {name: module.function(f"affine_{name}") for name in _FUZZ_TYPES}
+
+    @st.composite
+    def cases(draw):
+        name = draw(st.sampled_from(sorted(_FUZZ_TYPES)))
+        length = draw(st.integers(1, 3000))
+        return (
+            name,
+            length,
+            draw(st.integers(0, length)),  # n: elements the kernel writes; the rest stay
+            draw(st.integers(0, 3)),  # elements the views start into their buffers
+            draw(_fuzz_scalars(name)),
+            draw(_fuzz_scalars(name)),
+            draw(st.booleans()),  # bare Python numbers, or typed scalars (tf.f32(a))
+            draw(st.integers(0, 2**32 - 1)),
+        )
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases())
+    def launch_one(case):
+        name, length, n, offset, a, b, typed, seed = case
+        dt, scalar = _FUZZ_TYPES[name]
+        r = np.random.default_rng(seed)
+        if dt in (np.int32, np.int64):
+            info = np.iinfo(dt)
+            x = r.integers(info.min, info.max, length + offset, dtype=dt, endpoint=True)
+            y0 = r.integers(info.min, info.max, length + offset, dtype=dt, endpoint=True)
+        else:
+            x, y0 = (r.uniform(-1, 1, length + offset).astype(dt) for _ in range(2))
+        tx, ty = session.upload(x), session.upload(y0)
+        item = np.dtype(dt).itemsize
+        typestr = np.dtype(dt).str
+
+        def view(t):
+            return CAI(
+                t.__cuda_array_interface__["data"][0] + offset * item, (length,), typestr, keep=t
+            )
+
+        fits = _fits(name, a) and _fits(name, b)
+        try:
+            a_arg, b_arg = (scalar(v) for v in (a, b)) if typed else (a, b)
+            made = True
+        except tf.ValidationError:  # the typed scalar itself refused the value
+            made = False
+        assert made or not fits, f"{name} refused {a!r}, {b!r} it holds"
+        if not made:
+            return
+        args = [session.tensor_mut(view(ty)), session.tensor(view(tx)), a_arg, b_arg, n]
+        cfg = tf.LaunchConfig.flat(max(n, 1), 128)
+        if not fits:
+            with pytest.raises(tf.ValidationError, match=r"session\.launch: args\[[23]\]"):
+                session.launch(fns[name], cfg, args)
+            np.testing.assert_array_equal(session.download(ty), y0)  # nothing written
+            return
+        session.launch(fns[name], cfg, args)
+        got = session.download(ty)
+        want, bound = _affine_want(name, x[offset : offset + n], a, b)
+        np.testing.assert_array_equal(got[:offset], y0[:offset])
+        np.testing.assert_array_equal(got[offset + n :], y0[offset + n :])
+        if name in ("i32", "i64"):
+            np.testing.assert_array_equal(got[offset : offset + n], want)
+        else:
+            err = np.abs(got[offset : offset + n].astype(np.float64) - want)
+            assert np.all(err <= bound), f"{name} a={a!r} b={b!r}: {err.max()} past the bound"
+
+    launch_one()
+
+
+def _strided_double(out, x):
+    from numba import cuda
+
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = x[i, j] * 2 + 1
+
+
+@pytest.mark.gpu
+def test_fuzzed_strided_views_reach_a_numba_kernel_right_and_a_flat_kernel_never(session):
+    from conftest import CAI
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    kern = session.numba_kernel(_strided_double)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        st.sampled_from([np.float32, np.float64, np.int32]),
+        st.integers(1, 40),
+        st.integers(1, 40),
+        st.integers(1, 3),
+        st.integers(1, 3),
+        st.booleans(),
+        st.integers(0, 2**32 - 1),
+    )
+    def launch_one(dt, rows, cols, row_step, col_step, transposed, seed):
+        r = np.random.default_rng(seed)
+        host = (r.standard_normal((rows * row_step, cols * col_step)) * 100).astype(dt)
+        t = session.upload(host)
+        sub = host[::row_step, ::col_step]
+        if transposed:
+            sub = sub.T
+        strides = sub.strides  # a view of the host array has the device copy's strides
+        view = CAI(
+            t.__cuda_array_interface__["data"][0],
+            sub.shape,
+            host.dtype.str,
+            strides=strides,
+            keep=t,
+        )
+        compact = sub.flags.c_contiguous
+        if not compact:
+            with pytest.raises(tf.ValidationError, match=r"session\.tensor: .*strides"):
+                session.tensor(view)
+        out = session.upload(np.full(sub.shape, -7, dt))
+        cfg = tf.LaunchConfig(((sub.shape[0] + 7) // 8, (sub.shape[1] + 7) // 8), (8, 8))
+        session.launch(
+            kern, cfg, [session.tensor_mut(out), session.tensor(view, allow_strided=True)]
+        )
+        want = sub.astype(np.float64) * 2 + 1
+        np.testing.assert_array_equal(session.download(out).astype(np.float64), want)
+
+    launch_one()
