@@ -41,6 +41,7 @@ __all__ = [
     "ParamBlockBase",
     "ParamBlock",
     "check_overlaps",
+    "from_ctypes",
     "u8",
     "u16",
     "u32",
@@ -276,6 +277,42 @@ i8, i16, i32, i64 = (_scalar_factory(n) for n in ("i8", "i16", "i32", "i64"))
 f16, bf16, f32, f64 = (_scalar_factory(n) for n in ("f16", "bf16", "f32", "f64"))
 
 
+# ctypes simple types that hold an address or a character, not a number.
+_CTYPES_ADDRESSES = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p)
+_CTYPES_CHARACTERS = (ctypes.c_char, ctypes.c_wchar)
+
+
+def from_ctypes(a: Any, where: str) -> np.generic:
+    """A ctypes number (``c_int(5)``, ``c_float``, a subclass) as the numpy scalar of its C type.
+
+    Args:
+        a: A ctypes simple-type instance.
+        where: What the refusal names (``"session.launch: args[2]"``).
+
+    Returns:
+        The numpy scalar of the same width, signedness and value.
+
+    Raises:
+        ValidationError: ``a`` holds an address or a character, or has a C type no kernel
+            scalar has (``c_longdouble``).
+    """
+    name = type(a).__name__
+    if isinstance(a, _CTYPES_ADDRESSES):
+        raise ValidationError(
+            f"{where} is a ctypes {name}, an address; pass memory as a span (s.tensor(x)), "
+            "whose owner, device and size are checked"
+        )
+    if isinstance(a, _CTYPES_CHARACTERS):
+        raise ValidationError(f"{where} is a ctypes {name}, a character; pass a number")
+    try:
+        numpy_type = dtypes.from_numpy(np.dtype(type(a)), where).numpy
+    except (TypeError, ValidationError):
+        numpy_type = None
+    if numpy_type is None:
+        raise ValidationError(f"{where} is a ctypes {name}, a C type no kernel scalar type has")
+    return numpy_type.type(a.value)
+
+
 def _describe(a: Any) -> str:
     if isinstance(a, KernelArg):
         return a.describe()
@@ -322,6 +359,9 @@ def _pack_python(p: Param, a: Any, op: str, i: int) -> bytes:
     where = f"{op}: args[{i}]"
     if p.kind == FLOAT and p.scalar is not None and not isinstance(a, bool):
         return dtypes.pack_scalar(p.scalar, a, where)
+    if p.kind == BYTES and p.scalar is not None and p.scalar.kind == "complex":
+        if not isinstance(a, bool):
+            return dtypes.pack_scalar(p.scalar, a, where)
     if p.kind == INT and isinstance(a, int):
         if p.scalar is not None:
             return dtypes.pack_scalar(p.scalar, a, where)
@@ -701,12 +741,16 @@ class ParamBlock(ParamBlockBase):
             _U64.pack_into(self._mv, self.offsets[i], a.ptr)
             return a
         p = self.params[i]
+        got = ""
+        if isinstance(a, ctypes._SimpleCData):  # c_int(5): the numpy scalar of its C type
+            got = f"a ctypes {cls.__name__}"
+            a = from_ctypes(a, f"{op}: args[{i}]")
         if isinstance(a, np.generic):
             t = dtypes.from_numpy(a.dtype, f"{op}: args[{i}]")
             if not _scalar_fits(p, t):
-                raise self.mismatch(op, i, a)
+                raise self.mismatch(op, i, a, got=got and f"{got} ({t.name})")
             data = dtypes.pack_scalar(t, a.item(), f"{op}: args[{i}]")
-        elif cls is int or cls is float or cls is bool:
+        elif cls is int or cls is float or cls is bool or cls is complex:
             data = _pack_python(p, a, op, i)
         else:
             raise ValidationError(

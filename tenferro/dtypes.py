@@ -274,7 +274,10 @@ def pack_scalar(t: ScalarType, value: Any, op: str) -> bytes:
             c = complex(value)
         except OverflowError:
             raise ValidationError(f"{op}: {_huge(value)} overflows {t.name}") from None
-        if t.name == "c64" and (abs(c.real) > _F32_MAX or abs(c.imag) > _F32_MAX):
-            raise ValidationError(f"{op}: {c!r} overflows {t.name}")
-        return struct.pack(t.fmt, c.real, c.imag)
+        try:  # as for f32: refused exactly where a finite part would round to infinity
+            return struct.pack(t.fmt, c.real, c.imag)
+        except OverflowError:
+            raise ValidationError(
+                f"{op}: {c!r} overflows {t.name} (a part rounds past {_F32_MAX!r})"
+            ) from None
     raise ValidationError(f"{op}: cannot pack {t.name}")  # pragma: no cover

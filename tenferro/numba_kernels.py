@@ -17,6 +17,7 @@ inside called device functions, or through pointers the kernel makes itself.
 
 from __future__ import annotations
 
+import ctypes
 import operator
 import struct
 from collections.abc import Callable, Collection
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _driver, dtypes
-from .args import KernelArg, ParamBlockBase
+from .args import KernelArg, ParamBlockBase, from_ctypes
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
@@ -365,11 +366,16 @@ def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:
                 f"{where} of numba kernel {name!r} expects {t.name}, got {a.describe()}"
             )
         return a.data
+    given = ""
+    if isinstance(a, ctypes._SimpleCData):  # c_int(5): the numpy scalar of its C type
+        given = f"ctypes {type(a).__name__}"
+        a = from_ctypes(a, where)
     if isinstance(a, np.generic):
         got = dtypes.from_numpy(a.dtype, where)
         if got is not t:
             raise ValidationError(
-                f"{where} of numba kernel {name!r} expects {t.name}, got numpy {a.dtype} scalar"
+                f"{where} of numba kernel {name!r} expects {t.name}, got "
+                f"{given or f'numpy {a.dtype}'} scalar"
             )
         return dtypes.pack_scalar(t, a.item(), where)
     if type(a) in (int, float, bool, complex):
@@ -410,6 +416,8 @@ def _specialization_type(a: Any, op: str, i: int) -> Any:
         return types.Array(from_dtype(t.numpy), len(a.shape), "C" if a.is_c_contiguous else "A")
     if type(a) is KernelArg and a.scalar_type is not None:
         return from_dtype(a.scalar_type.numpy)
+    if isinstance(a, ctypes._SimpleCData):
+        a = from_ctypes(a, f"{op}: args[{i}]")
     if isinstance(a, np.generic):
         return from_dtype(a.dtype)
     if type(a) in (int, float, bool, complex):

@@ -397,6 +397,7 @@ _VECTOR_ELEMENT = {
     "float": "f32",
     "double": "f64",
 }
+_COMPLEX_VALUES = {"float2": "c64", "double2": "c128"}
 _PAIRED_HALVES = {
     "__half2": "f16",
     "half2": "f16",
@@ -409,13 +410,16 @@ def value_types(c: CType) -> frozenset[dtypes.ScalarType] | None:
     """The scalar types a by-value parameter of C type ``c`` takes; None if not a scalar.
 
     Exactly one, signedness and width included, except plain ``char``, whose signedness C
-    leaves to the target: it takes i8 and u8.
+    leaves to the target: it takes i8 and u8. ``float2`` / ``double2`` (cuFloatComplex,
+    cuDoubleComplex) by value take complex64 / complex128.
     """
     base = c.unqualified()
     if base.kind not in ("builtin", "class"):
         return None
     if base.name == "char":
         return frozenset({dtypes.by_name("i8"), dtypes.by_name("u8")})
+    if base.name in _COMPLEX_VALUES:  # cuFloatComplex is float2, cuDoubleComplex double2
+        return frozenset({dtypes.by_name(_COMPLEX_VALUES[base.name])})
     t = dtypes.from_c_name(base.name)
     return None if t is None else frozenset({t})
 
@@ -461,6 +465,8 @@ def _with_c_type(p: Param, c: CType) -> Param:
     taken = value_types(c)
     if taken is not None and p.kind in (INT, FLOAT, PTR_OR_INT, BYTES):
         t = min(taken, key=lambda t: t.name)  # char: i8, as refine_with_source reads it
+        if t.itemsize == p.size and t.kind == "complex":  # a struct's bytes, or a complex
+            return replace(p, scalar=t, c_type=c)
         if t.itemsize == p.size:
             return replace(p, kind=FLOAT if t.is_float else INT, scalar=t, c_type=c)
     return replace(p, c_type=c)

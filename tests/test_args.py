@@ -543,7 +543,13 @@ def _signatures():
         parse_ptx(PTX_ONLY, "t")["raw"],
         mixed,
         tf.compile_cuda(TYPED).signatures["t"],
+        tf.compile_cuda(COMPLEX).signatures["z"],
     ]
+
+
+COMPLEX = r"""
+extern "C" __global__ void z(float2* y, float2 a, double2 b, float f, int i, long long q) {}
+"""
 
 
 def _pool():
@@ -585,6 +591,14 @@ def _pool():
         np.int32(3),
         np.uint32(9),
         np.int64(-4),
+        1 + 2j,
+        np.complex64(2 - 1j),
+        np.complex128(3j),
+        ctypes.c_int(3),
+        ctypes.c_float(1.5),
+        ctypes.c_double(-2.0),
+        ctypes.c_uint64(11),
+        ctypes.c_void_p(0x1000),
         tf.KernelArg.struct(b"x" * 12),
         tf.KernelArg.struct(b"y" * 8),
         tf.KernelArg.pointer(spans[0]),
@@ -619,6 +633,8 @@ def _fitting(p, pool):
     if p.kind == INT:
         return [tf.u32(7), 5] if p.size == 4 else [tf.u64(9), tf.i64(-9), 5]
     if p.kind == BYTES:
+        if p.scalar is not None:  # float2 / double2 by value: a complex too
+            return [tf.KernelArg.struct(b"z" * p.size), 1 + 2j, np.complex64(2 - 1j)]
         return [tf.KernelArg.struct(b"z" * p.size)]
     return pool
 
@@ -1207,3 +1223,107 @@ def test_an_interrupt_anywhere_in_a_pack_leaves_no_half_packed_block_behind():
             break
         interrupted += 1
     assert finished and interrupted >= 10  # every line of the pack was an interrupt point
+
+
+def test_a_complex_parameter_takes_python_and_numpy_complex_numbers_at_its_width():
+    # cuFloatComplex and cuDoubleComplex are float2 and double2, as the compiler names them.
+    block = _block(COMPLEX, "z")
+    assert [p.scalar.name if p.scalar else None for p in block.params[1:3]] == ["c64", "c128"]
+    for i, value, packed in (
+        (1, 1 + 2j, struct.pack("<ff", 1, 2)),
+        (1, np.complex64(-3 + 0.5j), struct.pack("<ff", -3, 0.5)),
+        (1, 2.5, struct.pack("<ff", 2.5, 0)),  # a real number is a complex one
+        (1, tf.KernelArg.scalar(1j, np.complex64), struct.pack("<ff", 0, 1)),
+        (1, tf.KernelArg.struct(struct.pack("<ff", 7, 8)), struct.pack("<ff", 7, 8)),
+        (2, 1e308 - 1e308j, struct.pack("<dd", 1e308, -1e308)),
+        (2, np.complex128(4j), struct.pack("<dd", 0, 4)),
+        (2, 7, struct.pack("<dd", 7, 0)),
+    ):
+        block.pack_slot(i, value, None, "session.launch")
+        assert bytes(block._mv[block.slices[i]]) == packed, (i, value)
+
+
+@pytest.mark.parametrize(
+    ("i", "value", "message"),
+    [
+        (1, 1e39j, r"args\[1\]: 1e\+39j overflows c64 \(a part rounds past "),
+        (
+            1,
+            np.complex128(1j),
+            r"args\[1\] 'a' is a numpy complex128 scalar, the kernel takes float2",
+        ),
+        (
+            2,
+            np.complex64(1j),
+            r"args\[2\] 'b' is a numpy complex64 scalar, the kernel takes double2",
+        ),
+        (1, True, r"args\[1\] is a bare Python bool but the parameter is"),
+        (3, 1 + 0j, r"args\[3\]: f32 needs a real number, got complex \(1\+0j\)"),
+        (4, 2j, r"args\[4\] is a bare Python complex but the parameter is i32"),
+    ],
+)
+def test_complex_numbers_refused_where_they_do_not_fit_leave_the_block_as_it_was(i, value, message):
+    block = _block(COMPLEX, "z")
+    before = bytes(block._mv)
+    with pytest.raises(tf.ValidationError, match=rf"^session\.launch: {message}"):
+        block.pack_slot(i, value, None, "session.launch")
+    assert bytes(block._mv) == before
+
+
+class _MyInt(ctypes.c_int):
+    """A ctypes subclass, as bindings generators make them."""
+
+
+def test_ctypes_numbers_pack_at_their_c_types_width():
+    block = _block()  # k(float* y, const float* x, float a, unsigned n, double d, long long q)
+    for i, value, fmt, want in (
+        (2, ctypes.c_float(1.5), "<f", 1.5),
+        (3, ctypes.c_uint(7), "<I", 7),
+        (3, ctypes.c_uint32(0xFFFFFFFF), "<I", 0xFFFFFFFF),
+        (4, ctypes.c_double(-2.25), "<d", -2.25),
+        (5, ctypes.c_longlong(-(1 << 62)), "<q", -(1 << 62)),
+        (5, ctypes.c_int64(5), "<q", 5),
+    ):
+        block.pack_slot(i, value, None, "session.launch")
+        assert _read(block, i, fmt) == want, (i, value)
+    mine = _block(COMPLEX, "z")
+    mine.pack_slot(4, _MyInt(-4), None, "session.launch")
+    assert _read(mine, 4, "<i") == -4
+
+
+@pytest.mark.parametrize(
+    ("i", "value", "message"),
+    [
+        (
+            3,
+            ctypes.c_int(7),
+            r"args\[3\] 'n' is a ctypes c_int \(i32\), the kernel takes unsigned int",
+        ),
+        (
+            2,
+            ctypes.c_double(1.0),
+            r"args\[2\] 'a' is a ctypes c_double \(f64\), the kernel takes float",
+        ),
+        (
+            5,
+            ctypes.c_int32(1),
+            r"args\[5\] 'q' is a ctypes c_int \(i32\), the kernel takes long long",
+        ),
+        (
+            3,
+            ctypes.c_void_p(0x1000),
+            r"args\[3\] is a ctypes c_void_p, an address; pass memory as a span",
+        ),
+        (3, ctypes.c_char_p(b"x"), r"args\[3\] is a ctypes c_char_p, an address"),
+        (3, ctypes.c_char(b"x"), r"args\[3\] is a ctypes c_char, a character; pass a number"),
+        (4, ctypes.c_longdouble(1.0), r"args\[4\] is a ctypes c_longdouble, a C type no kernel "),
+    ],
+)
+def test_ctypes_values_of_another_type_or_no_number_are_refused_and_nothing_written(
+    i, value, message
+):
+    block = _block()
+    before = bytes(block._mv)
+    with pytest.raises(tf.ValidationError, match=rf"^session\.launch: {message}"):
+        block.pack_slot(i, value, None, "session.launch")
+    assert bytes(block._mv) == before

@@ -174,3 +174,25 @@ def test_the_numpy_table_is_a_read_only_lookup_that_never_raises():
     assert set(dtypes.BY_NUMPY.values()) == {t for t in dtypes.SCALAR_TYPES if t.numpy is not None}
     with pytest.raises(TypeError):
         dtypes.BY_NUMPY[np.dtype(np.float32)] = dtypes.by_name("f64")
+
+
+def test_complex64_takes_what_rounds_to_float32s_largest_value_and_refuses_past_it():
+    c64 = dtypes.by_name("c64")
+    f32_max = float(np.finfo(np.float32).max)
+    half_ulp = 2.0**103  # float32's largest value is (2 - 2**-23) * 2**127
+    last = float(np.nextafter(f32_max + half_ulp, 0))  # rounds down, to the largest value
+    first = f32_max + half_ulp  # the tie: rounds to even, which is infinity
+    for part in (complex(last, 1), complex(-1, -last)):
+        assert dtypes.pack_scalar(c64, part, "op") == struct.pack(
+            "<ff", np.float32(part.real), np.float32(part.imag)
+        )
+        assert dtypes.pack_scalar(c64, part, "op") == dtypes.pack_scalar(
+            dtypes.by_name("f32"), part.real, "op"
+        ) + dtypes.pack_scalar(dtypes.by_name("f32"), part.imag, "op")
+    for part in (complex(first, 0), complex(0, -first)):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^op: .* overflows c64 \(a part rounds past 3\.4028234663852886e\+38\)$",
+        ):
+            dtypes.pack_scalar(c64, part, "op")
+    assert dtypes.pack_scalar(c64, complex("inf"), "op") == struct.pack("<ff", np.inf, 0)

@@ -812,3 +812,29 @@ def test_an_interrupt_anywhere_in_a_numba_pack_leaves_no_half_packed_block_behin
                 break
             interrupted += 1
         assert finished and interrupted >= 3
+
+
+def test_ctypes_numbers_specialize_and_pack_as_their_c_types():
+    import ctypes
+
+    assert _specialization_type(ctypes.c_int16(3), "op", 0) == types.int16
+    assert _specialization_type(ctypes.c_double(1.0), "op", 0) == types.float64
+    with pytest.raises(
+        tf.ValidationError, match=r"^op: args\[1\] is a ctypes c_void_p, an address"
+    ):
+        _specialization_type(ctypes.c_void_p(8), "op", 1)
+    s = _FakeSession()
+    specs, sig = numba_layout((types.float64, types.int32), "k", "test")
+    block = NumbaParamBlock("k", specs, sig, set())
+    op = "session.launch"
+    block.pack([ctypes.c_double(2.5), ctypes.c_int(-7)], s, op)
+    assert struct.unpack_from("<d", bytes(block._mv), block.offsets[0]) == (2.5,)
+    assert struct.unpack_from("<i", bytes(block._mv), block.offsets[1]) == (-7,)
+    before = bytes(block._mv)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[1\] of numba kernel 'k' expects i32, "
+        r"got ctypes c_long scalar",
+    ):
+        block.pack([ctypes.c_double(1.0), ctypes.c_int64(1)], s, op)
+    assert bytes(block._mv)[block.offsets[1] :] == before[block.offsets[1] :]
