@@ -725,3 +725,35 @@ def test_fuzzed_strided_views_reach_a_numba_kernel_right_and_a_flat_kernel_never
         np.testing.assert_array_equal(session.download(out).astype(np.float64), want)
 
     launch_one()
+
+
+ZAXPY = r"""
+#include <cuComplex.h>
+extern "C" __global__ void zaxpy(cuFloatComplex* y, const cuFloatComplex* x, cuFloatComplex a,
+                                 unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = cuCaddf(cuCmulf(a, x[i]), y[i]);
+}
+extern "C" __global__ void zaxpy64(cuDoubleComplex* y, const cuDoubleComplex* x,
+                                   cuDoubleComplex a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = cuCadd(cuCmul(a, x[i]), y[i]);
+}
+"""
+
+
+@pytest.mark.gpu
+def test_a_python_complex_and_a_ctypes_count_launch_a_complex_kernel(session, rng):
+    import ctypes
+
+    module = session.compile(ZAXPY)
+    n = 10_001
+    for name, dt, tol in (("zaxpy", np.complex64, 1e-5), ("zaxpy64", np.complex128, 1e-13)):
+        x = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dt)
+        y = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dt)
+        a = complex(rng.standard_normal(), rng.standard_normal())
+        ty, tx = session.upload(y), session.upload(x)
+        args = [session.tensor_mut(ty), session.tensor(tx), a, ctypes.c_uint(n)]
+        session.launch(module.function(name), tf.LaunchConfig.flat(n, 256), args)
+        want = a * x.astype(np.complex128) + y
+        np.testing.assert_allclose(session.download(ty), want, rtol=tol, atol=tol)
