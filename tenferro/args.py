@@ -40,6 +40,7 @@ __all__ = [
     "KernelArg",
     "ParamBlockBase",
     "ParamBlock",
+    "CTYPES_SIMPLE",
     "check_overlaps",
     "from_ctypes",
     "u8",
@@ -280,6 +281,25 @@ f16, bf16, f32, f64 = (_scalar_factory(n) for n in ("f16", "bf16", "f32", "f64")
 # ctypes simple types that hold an address or a character, not a number.
 _CTYPES_ADDRESSES = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p)
 _CTYPES_CHARACTERS = (ctypes.c_char, ctypes.c_wchar)
+# Every ctypes simple type (c_int is c_int32, c_long c_int64 here); subclasses are instances.
+CTYPES_SIMPLE = (
+    ctypes.c_bool,
+    ctypes.c_byte,
+    ctypes.c_ubyte,
+    ctypes.c_short,
+    ctypes.c_ushort,
+    ctypes.c_int,
+    ctypes.c_uint,
+    ctypes.c_long,
+    ctypes.c_ulong,
+    ctypes.c_longlong,
+    ctypes.c_ulonglong,
+    ctypes.c_float,
+    ctypes.c_double,
+    ctypes.c_longdouble,
+    *_CTYPES_ADDRESSES,
+    *_CTYPES_CHARACTERS,
+)
 
 
 def from_ctypes(a: Any, where: str) -> np.generic:
@@ -742,7 +762,7 @@ class ParamBlock(ParamBlockBase):
             return a
         p = self.params[i]
         got = ""
-        if isinstance(a, ctypes._SimpleCData):  # c_int(5): the numpy scalar of its C type
+        if isinstance(a, CTYPES_SIMPLE):  # c_int(5): the numpy scalar of its C type
             got = f"a ctypes {cls.__name__}"
             a = from_ctypes(a, f"{op}: args[{i}]")
         if isinstance(a, np.generic):

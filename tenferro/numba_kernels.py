@@ -17,7 +17,6 @@ inside called device functions, or through pointers the kernel makes itself.
 
 from __future__ import annotations
 
-import ctypes
 import operator
 import struct
 from collections.abc import Callable, Collection
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _driver, dtypes
-from .args import KernelArg, ParamBlockBase, from_ctypes
+from .args import CTYPES_SIMPLE, KernelArg, ParamBlockBase, from_ctypes
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import INT, OPAQUE, Param, Signature
@@ -367,7 +366,7 @@ def _scalar_bytes(a: Any, t: ScalarType, op: str, i: int, name: str) -> bytes:
             )
         return a.data
     given = ""
-    if isinstance(a, ctypes._SimpleCData):  # c_int(5): the numpy scalar of its C type
+    if isinstance(a, CTYPES_SIMPLE):  # c_int(5): the numpy scalar of its C type
         given = f"ctypes {type(a).__name__}"
         a = from_ctypes(a, where)
     if isinstance(a, np.generic):
@@ -416,7 +415,7 @@ def _specialization_type(a: Any, op: str, i: int) -> Any:
         return types.Array(from_dtype(t.numpy), len(a.shape), "C" if a.is_c_contiguous else "A")
     if type(a) is KernelArg and a.scalar_type is not None:
         return from_dtype(a.scalar_type.numpy)
-    if isinstance(a, ctypes._SimpleCData):
+    if isinstance(a, CTYPES_SIMPLE):
         a = from_ctypes(a, f"{op}: args[{i}]")
     if isinstance(a, np.generic):
         return from_dtype(a.dtype)
