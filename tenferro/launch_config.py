@@ -30,6 +30,9 @@ class LaunchTarget(Protocol):
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Let the kernel have ``nbytes`` of dynamic shared memory (above 48 KiB)."""
 
+    def thread_limit_reason(self, threads: int) -> str:
+        """Why a block of ``threads`` is past `max_threads_per_block`, with the numbers."""
+
     def compiled_cluster(self) -> tuple[int, int, int] | None:
         """The cluster shape the kernel was compiled with, or None."""
 
@@ -368,8 +371,8 @@ def check_against(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
     if config.threads_per_block > fn.max_threads_per_block:
         raise ValidationError(
             f"{op}: block={config.block} has {config.threads_per_block} threads but "
-            f"{fn.name!r} allows at most {fn.max_threads_per_block} (its registers or "
-            f"__launch_bounds__)"
+            f"{fn.name!r} allows at most {fn.max_threads_per_block}: "
+            f"{fn.thread_limit_reason(config.threads_per_block)}"
         )
     dyn = config.shared_mem_bytes
     if dyn > fn.dynamic_shared_limit:

@@ -389,6 +389,26 @@ class Function:
             self.handle, config.dims, config.cluster, self.state.stream, op
         )
 
+    def thread_limit_reason(self, threads: int) -> str:
+        """Why a block of ``threads`` is past `max_threads_per_block`, with the numbers.
+
+        Asked only for a refusal: the registers the block would need against the device's,
+        else the kernel's own bound.
+        """
+        regs = _driver.func_attribute(self.handle, "NUM_REGS")
+        per_block = self.state.context.attribute("MAX_REGISTERS_PER_BLOCK")
+        allocated = -(-regs // 8) * 8  # a thread's registers are given in units of 8
+        if allocated * threads > per_block:
+            held = f" (allocated as {allocated})" if allocated != regs else ""
+            return (
+                f"it uses {regs} registers a thread{held}, {allocated * threads} for the "
+                f"block, past the {per_block} a block has on this device"
+            )
+        return (
+            f"its __launch_bounds__ (or PTX .maxntid) caps a block at "
+            f"{self.max_threads_per_block} threads"
+        )
+
     def raise_dynamic_shared(self, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory (cuFuncSetAttribute)."""
         _driver.func_set_max_dynamic_shared(self.handle, nbytes, "session.launch")

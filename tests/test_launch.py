@@ -757,3 +757,20 @@ def test_a_python_complex_and_a_ctypes_count_launch_a_complex_kernel(session, rn
         session.launch(module.function(name), tf.LaunchConfig.flat(n, 256), args)
         want = a * x.astype(np.complex128) + y
         np.testing.assert_allclose(session.download(ty), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+def test_a_block_past_a_kernels_launch_bounds_is_refused_naming_them(session, rng):
+    src = 'extern "C" __global__ void __launch_bounds__(128) k(float* y) { y[threadIdx.x] = 1; }'
+    fn = session.compile(src).function("k")
+    y0 = rng.standard_normal(256).astype(np.float32)
+    y = session.upload(y0)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: block=\(256, 1, 1\) has 256 threads but 'k' allows at most "
+        r"128: its __launch_bounds__ \(or PTX \.maxntid\) caps a block at 128 threads$",
+    ):
+        session.launch(fn, tf.LaunchConfig(1, 256), [session.tensor_mut(y)])
+    np.testing.assert_array_equal(session.download(y), y0)  # nothing ran
+    session.launch(fn, tf.LaunchConfig(1, 128), [session.tensor_mut(y)])  # the bound itself
+    np.testing.assert_array_equal(session.download(y)[:128], 1)

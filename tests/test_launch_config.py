@@ -158,6 +158,9 @@ class _Fn:
         self.raised.append(n)
         self.dynamic_shared_limit = n
 
+    def thread_limit_reason(self, threads):  # the Function's own words are tested with it
+        return f"the reason for {threads}"
+
 
 def test_check_against_the_functions_thread_limit():
     from tenferro.launch_config import check_against
@@ -167,7 +170,7 @@ def test_check_against_the_functions_thread_limit():
     with pytest.raises(
         tf.ValidationError,
         match=r"session\.launch: block=\(257, 1, 1\) has 257 "
-        r"threads but 'k' allows at most 256",
+        r"threads but 'k' allows at most 256: the reason for 257$",
     ):
         check_against(tf.LaunchConfig(1, 257), fn, "session.launch")
 

@@ -370,6 +370,7 @@ class _Context:
         return {
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
             "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
+            "MAX_REGISTERS_PER_BLOCK": 65536,
         }[name]
 
 
@@ -533,7 +534,12 @@ def test_occupancy_with_shared_memory_opts_in_as_a_launch_does(scale_fn):
 @pytest.mark.parametrize(
     ("block", "smem", "msg"),
     [
-        (769, 0, r"block=\(769, 1, 1\) has 769 threads but 'scale' allows at most 768"),
+        (
+            769,
+            0,
+            r"block=\(769, 1, 1\) has 769 threads but 'scale' allows at most 768: its "
+            r"__launch_bounds__ \(or PTX \.maxntid\) caps a block at 768 threads$",
+        ),
         (0, 0, r"block=0: every dimension must be >= 1"),
         ((1, 1, 65), 0, r"block=\(1, 1, 65\) exceeds the per-dimension limit"),
         (
@@ -652,3 +658,29 @@ def test_an_equal_config_keeps_the_functions_launch_record(monkeypatch):
     fn.use_config(coop, 7)
     fn.use_config(tf.LaunchConfig(8, 64, cooperative=True), 7)
     assert len(made) == 3 and fn.last_config is module._NO_CONFIG  # never the fast path
+
+
+@pytest.mark.parametrize(
+    ("registers", "reason"),
+    [
+        (85, r"it uses 85 registers a thread \(allocated as 88\), 67672 for the block, "),
+        (96, r"it uses 96 registers a thread, 73824 for the block, "),
+    ],
+)
+def test_a_block_past_the_devices_registers_names_them_with_the_numbers(
+    scale_fn, monkeypatch, registers, reason
+):
+    from tenferro import module as module_part
+    from tenferro.launch_config import check_against
+
+    fn, asked = scale_fn
+    attributes = dict(_FUNC_ATTRIBUTES, NUM_REGS=registers)
+    monkeypatch.setattr(module_part._driver, "func_attribute", lambda h, name: attributes[name])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: block=\(769, 1, 1\) has 769 threads but 'scale' allows at "
+        r"most 768: " + reason + r"past the 65536 a block has on this device$",
+    ):
+        check_against(tf.LaunchConfig(1, 769), fn, "session.launch")
+    check_against(tf.LaunchConfig(1, 768), fn, "session.launch")  # the limit itself is taken
+    assert asked == [] and fn.dynamic_shared_limit == 48 * 1024 - 1024
