@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _driver
+from . import _driver, profiling
 from ._liveness import Liveness
 from .errors import KernelFault, RuntimeStateError
 from .interop.streams import StreamOrdering, open_stream
@@ -70,6 +70,7 @@ class SessionState:
         "import_event",
         "is_open",
         "launch_count",
+        "launch_ranges",
         "launcher",
         "liveness",
         "modules",
@@ -100,6 +101,7 @@ class SessionState:
     launch_count: int
     launcher: Callable[[int], int]
     active_timeline: Any
+    launch_ranges: profiling.LaunchRanges | None
     import_event: int
     export_event: int
     modules: list[Any]
@@ -126,6 +128,7 @@ class SessionState:
         self.launch_count = 0
         self.launcher = _driver.launcher()
         self.active_timeline = None  # inside s.timeline() only
+        self.launch_ranges = None  # TENFERRO_NVTX_LAUNCHES=1: a range around each launch
         self.import_event = self.export_event = 0
         self.modules = []
         self.resources = ResourceCache()
@@ -136,6 +139,7 @@ class SessionState:
         """Make the device's primary context current and open the stream, on this thread."""
         if self.is_open or self.thread is not None:
             raise RuntimeStateError("session.__enter__: a Session is entered once")
+        self.launch_ranges = profiling.launch_ranges("session.__enter__")
         self.context = _driver.PrimaryContext.get(self.device, "session")
         self.previous_context = self.context.make_current()
         try:
@@ -152,7 +156,7 @@ class SessionState:
         self.launcher = _driver.launcher()
         self.thread = _get_ident()
         self.is_open = True
-        self.fast_path_ok = True
+        self.fast_path_ok = self.launch_ranges is None
         _open_states.add(self)
 
     def close(self) -> None:
@@ -220,6 +224,7 @@ class SessionState:
             and not self.faulted
             and not self.liveness.capturing
             and self.active_timeline is None
+            and self.launch_ranges is None
         )
 
     def set_timeline(self, timeline: Any) -> None:
@@ -276,7 +281,15 @@ class SessionState:
         timed = self.active_timeline
         if timed is not None:
             timed.before_launch(op)
-        err = launch(target)
+        ranges = self.launch_ranges
+        if ranges is None:
+            err = launch(target)
+        else:
+            ranges.push(name)
+            try:
+                err = launch(target)
+            finally:  # balanced even when Ctrl-C lands in the launch
+                ranges.pop()
         if err:
             _driver.raise_launch_error(err, op)
         if timed is not None:

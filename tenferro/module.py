@@ -394,6 +394,12 @@ class Function:
 
         Asked only for a refusal: the registers the block would need against the device's,
         else the kernel's own bound.
+
+        Args:
+            threads: The threads of the refused block.
+
+        Returns:
+            The reason, as the refusal words it.
         """
         regs = _driver.func_attribute(self.handle, "NUM_REGS")
         per_block = self.state.context.attribute("MAX_REGISTERS_PER_BLOCK")

@@ -8,11 +8,16 @@ ranges runs unchanged where it is not installed.
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 from .errors import ValidationError
 
-__all__ = ["DOMAIN", "Range", "named_range"]
+__all__ = ["DOMAIN", "LAUNCH_RANGES", "LaunchRanges", "Range", "launch_ranges", "named_range"]
+
+# The environment variable that puts a range named after its kernel around every launch.
+LAUNCH_RANGES = "TENFERRO_NVTX_LAUNCHES"
 
 DOMAIN = "tenferro"
 _MISSING = object()
@@ -107,3 +112,33 @@ def named_range(st: Any, name: str, color: Any = None) -> Range:
     ``nvtx`` package to record anything (``pip install "tenferro[profile]"``).
     """
     return Range(st, name, color)
+
+
+class LaunchRanges:
+    """``push(kernel_name)`` and ``pop()`` of a range around one launch, in tenferro's domain."""
+
+    __slots__ = ("pop", "push")
+
+    def __init__(self, nvtx: Any) -> None:
+        self.push = functools.partial(nvtx.push_range, domain=DOMAIN)
+        self.pop = functools.partial(nvtx.pop_range, domain=DOMAIN)
+
+
+def launch_ranges(op: str) -> LaunchRanges | None:
+    """The per-launch ranges ``TENFERRO_NVTX_LAUNCHES=1`` asks for, or None (unset or ``0``).
+
+    A session reads it as it opens; while on, its launches take the checked path, so the
+    launch costs nothing more when it is off. Without the ``nvtx`` package nothing records.
+
+    Raises:
+        ValidationError: The variable has another value than ``0`` or ``1``.
+    """
+    value = os.environ.get(LAUNCH_RANGES, "")
+    if value in ("", "0"):
+        return None
+    if value != "1":
+        raise ValidationError(
+            f"{op}: {LAUNCH_RANGES}={value!r} must be 1 (a range around each launch) or 0"
+        )
+    nvtx = _nvtx_module()
+    return None if nvtx is None else LaunchRanges(nvtx)

@@ -169,3 +169,98 @@ def test_the_fast_path_is_open_only_outside_captures_timelines_and_faults():
     ):
         st.liveness.capturing = True
         st.refuse_in_capture("session.capture", "why")
+
+
+class _Nvtx:
+    """The nvtx package's range calls, recorded."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def push_range(self, message=None, color=None, domain=None):
+        self.events.append(("push", message, domain))
+
+    def pop_range(self, domain=None):
+        self.events.append(("pop", domain))
+
+
+def _opened_with(monkeypatch, value, nvtx):
+    """A state opened by `open` (stand-in driver) with TENFERRO_NVTX_LAUNCHES=``value``."""
+    from tenferro import _driver, profiling
+    from tenferro import _state as state_part
+
+    class _Context:
+        def make_current(self):
+            return 0
+
+    if value is None:
+        monkeypatch.delenv(profiling.LAUNCH_RANGES, raising=False)
+    else:
+        monkeypatch.setenv(profiling.LAUNCH_RANGES, value)
+    monkeypatch.setattr(profiling, "_nvtx", nvtx)
+    monkeypatch.setattr(_driver.PrimaryContext, "get", lambda device, op: _Context())
+    monkeypatch.setattr(state_part, "open_stream", lambda ext, ctx, op: (0x5, frozenset({0x5})))
+    monkeypatch.setattr(_driver, "event_create", lambda *a: 0x9)
+    monkeypatch.setattr(_driver, "launcher", lambda: None)
+    st = SessionState(None, 0, None, None)
+    st.open()
+    return st
+
+
+@pytest.mark.parametrize("value", [None, "", "0"])
+def test_without_launch_ranges_launches_keep_the_fast_path_and_push_nothing(monkeypatch, value):
+    events = []
+    st = _opened_with(monkeypatch, value, _Nvtx(events))
+    assert st.launch_ranges is None and st.fast_path_ok is True
+    st.enqueue("session.launch", "axpy", "cfg", lambda target: 0, 0xABC, ["spans"])
+    assert events == []
+
+
+def test_launch_ranges_name_each_launch_after_its_kernel_around_the_driver_call(monkeypatch):
+    events = []
+    st = _opened_with(monkeypatch, "1", _Nvtx(events))
+    assert st.fast_path_ok is False  # every launch takes the checked path, which has the ranges
+    st.refresh_fast_path()
+    assert st.fast_path_ok is False
+
+    def launch(target):
+        events.append(("launch", target))
+        return 0
+
+    st.enqueue("session.launch", "axpy", "cfg", launch, 0xABC, ["spans"])
+    st.enqueue("session.capture", "graph of 2 node(s)", None, launch, 0xDEF, ["graph"])
+    assert events == [
+        ("push", "axpy", "tenferro"),
+        ("launch", 0xABC),
+        ("pop", "tenferro"),
+        ("push", "graph of 2 node(s)", "tenferro"),
+        ("launch", 0xDEF),
+        ("pop", "tenferro"),
+    ]
+    assert list(st.recent_launches) == ["axpy", "graph of 2 node(s)"]
+
+
+def test_launch_ranges_without_the_nvtx_package_record_nothing_and_keep_the_fast_path(
+    monkeypatch,
+):
+    from tenferro import profiling
+
+    st = _opened_with(monkeypatch, "1", profiling._MISSING)
+    assert st.launch_ranges is None and st.fast_path_ok is True
+
+
+@pytest.mark.parametrize("value", ["2", "yes", "true", " 1"])
+def test_another_value_of_the_launch_ranges_variable_is_refused_at_open(monkeypatch, value):
+    from tenferro import _driver
+
+    opened = []
+    monkeypatch.setattr(_driver.PrimaryContext, "get", lambda device, op: opened.append(op))
+    monkeypatch.setenv("TENFERRO_NVTX_LAUNCHES", value)
+    st = SessionState(None, 0, None, None)
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.__enter__: TENFERRO_NVTX_LAUNCHES={value!r} must be 1 \(a range "
+        r"around each launch\) or 0$",
+    ):
+        st.open()
+    assert opened == [] and not st.is_open  # refused before the driver was asked anything
