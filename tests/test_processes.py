@@ -167,13 +167,16 @@ def test_a_session_open_at_the_fork_refuses_use_in_the_child_and_serves_the_pare
     import threading
 
     import tenferro as tf
-    from tenferro import _driver
+    from tenferro import _driver, scope
     from tenferro import _state as state_part
     from tenferro._driver import devices
 
-    class _Context:  # as the device's primary context answers an open
+    class _Context:  # as the device's primary context answers an open and a close
         def make_current(self):
             return 0
+
+        def trim_pool(self, keep, op):
+            pass
 
     released = []
     monkeypatch.setattr(_driver.PrimaryContext, "get", lambda device, op: _Context())
@@ -201,8 +204,13 @@ def test_a_session_open_at_the_fork_refuses_use_in_the_child_and_serves_the_pare
         "parent: this process was forked from one that had initialised CUDA"
     ), said
     assert said.endswith("| closed True | released []")
-    st.check_use("session.launch")  # the parent's session is unaffected
-    assert st.fast_path_ok and st.thread == threading.get_ident() and s.is_open
+    try:
+        st.check_use("session.launch")  # the parent's session is unaffected
+        assert st.fast_path_ok and st.thread == threading.get_ident() and s.is_open
+    finally:  # closed as its block's end would, with nothing to synchronize
+        scope.left(s)
+        st.close()
+    assert not s.is_open and released == [("event", 0x9), ("event", 0x9), ("stream", 0x5)]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
