@@ -43,6 +43,7 @@ __all__ = [
     "CTYPES_SIMPLE",
     "check_overlaps",
     "from_ctypes",
+    "struct_of",
     "u8",
     "u16",
     "u32",
@@ -331,6 +332,28 @@ def from_ctypes(a: Any, where: str) -> np.generic:
     if numpy_type is None:
         raise ValidationError(f"{where} is a ctypes {name}, a C type no kernel scalar type has")
     return numpy_type.type(a.value)
+
+
+_BY_VALUE_STRUCTS = (ctypes.Structure, ctypes.Union)
+
+
+def struct_of(a: ctypes.Structure | ctypes.Union | np.void) -> KernelArg:
+    """A ctypes struct or union, or a numpy structured scalar, as a by-value struct argument.
+
+    Its alignment is its own (``ctypes.alignment``, the numpy dtype's, which is C's for a
+    dtype made with ``align=True`` and 1 without), so a launch checks it against the
+    kernel's as it checks the size.
+
+    Args:
+        a: The struct: a ``ctypes.Structure`` or ``ctypes.Union`` instance, or a numpy
+            structured scalar (``np.void`` with fields).
+
+    Returns:
+        `KernelArg.struct` of its bytes, with its alignment.
+    """
+    if isinstance(a, np.void):
+        return KernelArg.struct(a.tobytes(), align=a.dtype.alignment)
+    return KernelArg.struct(bytes(memoryview(a).cast("B")), align=ctypes.alignment(a))
 
 
 def _describe(a: Any) -> str:
@@ -700,7 +723,10 @@ class ParamBlock(ParamBlockBase):
         if p.kind == BYTES:
             what += f" ({p.size} bytes, aligned to {p.align})"
             if not hint and isinstance(a, KernelArg) and a.kind == _SCALAR:
-                hint = "; pass its bytes with tf.KernelArg.struct (a ctypes.Structure or bytes)"
+                hint = (
+                    "; pass the struct itself (a ctypes.Structure, a numpy structured scalar) "
+                    "or its bytes with tf.KernelArg.struct"
+                )
         return ValidationError(
             f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel takes {what}{hint}"
         )
@@ -708,6 +734,8 @@ class ParamBlock(ParamBlockBase):
     def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         cls = a.__class__
+        if isinstance(a, _BY_VALUE_STRUCTS) or (cls is np.void and a.dtype.names):
+            a, cls = struct_of(a), KernelArg  # its size and alignment are checked as one
         if cls is KernelArg:
             if a.kind == _SCALAR:
                 if a.scalar_type not in self.scalars_taken[i]:

@@ -544,6 +544,7 @@ def _signatures():
         mixed,
         tf.compile_cuda(TYPED).signatures["t"],
         tf.compile_cuda(COMPLEX).signatures["z"],
+        tf.compile_cuda(STRUCTS).signatures["st"],
     ]
 
 
@@ -599,6 +600,8 @@ def _pool():
         ctypes.c_double(-2.0),
         ctypes.c_uint64(11),
         ctypes.c_void_p(0x1000),
+        _Affine(1.0, 2.0),
+        np.array((1.0, 2.0), _AFFINE)[()],
         tf.KernelArg.struct(b"x" * 12),
         tf.KernelArg.struct(b"y" * 8),
         tf.KernelArg.pointer(spans[0]),
@@ -1177,7 +1180,8 @@ def test_a_typed_scalar_of_a_structs_size_is_refused_where_the_compiler_named_th
         with pytest.raises(
             tf.ValidationError,
             match=r"^session\.launch: args\[0\] 'p' is an? [fiu]64 scalar, the kernel takes P "
-            r"\(8 bytes, aligned to 4\); pass its bytes with tf\.KernelArg\.struct ",
+            r"\(8 bytes, aligned to 4\); pass the struct itself \(a ctypes\.Structure, a numpy "
+            r"structured scalar\) or its bytes with tf\.KernelArg\.struct$",
         ):
             b.pack([scalar, tf.i32(1), _mut(8)], None, "session.launch")
         assert b.snapshot() == before  # a refused pack wrote nothing
@@ -1327,3 +1331,65 @@ def test_ctypes_values_of_another_type_or_no_number_are_refused_and_nothing_writ
     with pytest.raises(tf.ValidationError, match=rf"^session\.launch: {message}"):
         block.pack_slot(i, value, None, "session.launch")
     assert bytes(block._mv) == before
+
+
+STRUCTS = r"""
+struct Affine { float scale; float shift; };
+struct Mixed { float a; double b; };
+extern "C" __global__ void st(float* y, Affine p, Mixed m, unsigned n) {}
+"""
+
+
+class _Affine(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_float), ("shift", ctypes.c_float)]
+
+
+class _Mixed(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_float), ("b", ctypes.c_double)]
+
+
+class _MixedPacked(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("a", ctypes.c_float), ("b", ctypes.c_double)]
+
+
+_AFFINE = np.dtype([("scale", "<f4"), ("shift", "<f4")], align=True)
+_MIXED = np.dtype([("a", "<f4"), ("b", "<f8")], align=True)
+_MIXED_PACKED = np.dtype([("a", "<f4"), ("b", "<f8")])  # no align=True: no C padding
+
+
+def test_ctypes_and_numpy_structs_go_by_value_where_the_kernel_takes_that_struct():
+    b = _block(STRUCTS, "st")
+    for i, value, want in (
+        (1, _Affine(1.5, -2.0), struct.pack("<ff", 1.5, -2.0)),
+        (1, np.array((1.5, -2.0), _AFFINE)[()], struct.pack("<ff", 1.5, -2.0)),
+        (2, _Mixed(3.0, 0.25), struct.pack("<f4xd", 3.0, 0.25)),
+        (2, np.array((3.0, 0.25), _MIXED)[()], struct.pack("<f4xd", 3.0, 0.25)),
+    ):
+        b.pack_slot(i, value, None, "session.launch")
+        got = bytes(b._mv[b.slices[i]])
+        assert got[:4] == want[:4] and got[-8:] == want[-8:], (i, value)  # the padding aside
+    b.pack([_mut(8), _Affine(1, 2), _Mixed(3, 4), 7], None, "session.launch")  # in a launch
+
+
+@pytest.mark.parametrize(
+    ("i", "value", "got"),
+    [
+        (2, _MixedPacked(1, 2), "a struct of 12 bytes, aligned to 1"),
+        (2, np.array((1, 2), _MIXED_PACKED)[()], "a struct of 12 bytes, aligned to 1"),
+        (1, _Mixed(1, 2), "a struct of 16 bytes, aligned to 8"),
+        (3, _Affine(1, 2), "a struct of 8 bytes, aligned to 4"),
+    ],
+)
+def test_a_struct_of_another_size_or_alignment_is_refused_and_nothing_written(i, value, got):
+    b = _block(STRUCTS, "st")
+    before = b.snapshot()
+    takes = {1: r"Affine \(8 bytes, aligned to 4\)", 2: r"Mixed \(16 bytes, aligned to 8\)"}
+    name = {1: "p", 2: "m", 3: "n"}[i]
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"^session\.launch: args\[{i}\] '{name}' is {got}, the kernel takes "
+        + takes.get(i, "unsigned int"),
+    ):
+        b.pack_slot(i, value, None, "session.launch")
+    assert b.snapshot() == before
