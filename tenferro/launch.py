@@ -175,8 +175,7 @@ class BoundLaunch:
             config.dims,
             state.stream,
             self._param_block.address,
-            config.cluster,
-            config.cooperative,
+            config.launch_attributes,
         )
         self._record_address = self._record.address
         self._name = fn.name

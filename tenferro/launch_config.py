@@ -50,6 +50,7 @@ _MAX_GRID_X = (1 << 31) - 1
 _MAX_GRID_YZ = 65535
 _MAX_BLOCK = (1024, 1024, 64)
 _MAX_SHARED_ARG = (1 << 32) - 1  # cuLaunchKernel's sharedMemBytes is an unsigned int
+_MIN_INT32, _MAX_INT32 = -(1 << 31), (1 << 31) - 1  # the priority attribute is an int
 
 
 def _dim3(value: Any, name: str, op: str) -> tuple[int, int, int]:
@@ -83,8 +84,12 @@ class LaunchConfig:
     Porting from cuda.core: its ``LaunchConfig`` counts the grid in clusters when a cluster
     is given (the same arguments there launch 8 blocks); multiply its grid by the cluster
     shape. ``cooperative=True`` makes a launch whose blocks all run at once, as
-    ``cooperative_groups::this_grid().sync()`` needs. Both launch through cuLaunchKernelEx; a
-    config with neither takes the plain launch path.
+    ``cooperative_groups::this_grid().sync()`` needs. ``pdl=True`` (programmatic dependent
+    launch, sm_90 and later) lets the kernel start while the previous kernel on the stream
+    finishes: it must call ``cudaGridDependencySynchronize()`` before it reads what that kernel
+    wrote. ``priority`` is the launch's scheduling priority, in the device's range of stream
+    priorities (lower numbers run first). These launch through cuLaunchKernelEx; a config with
+    none of them takes the plain launch path.
 
     Refused at construction (`ValidationError`): a dimension below 1, more than 1024 threads a
     block (or a block dimension past 1024, 1024, 64), a grid x past 2**31-1 or y/z past 65535,
@@ -100,6 +105,9 @@ class LaunchConfig:
         "dims",
         "extended",
         "grid",
+        "launch_attributes",
+        "pdl",
+        "priority",
         "shared_mem_bytes",
         "threads_per_block",
     )
@@ -111,6 +119,9 @@ class LaunchConfig:
     cluster: tuple[int, int, int] | None
     cluster_blocks: int
     cooperative: bool
+    pdl: bool
+    priority: int | None
+    launch_attributes: tuple[tuple[int, int, int] | None, bool, bool, int | None]
     extended: bool
     _hash: int
 
@@ -122,6 +133,8 @@ class LaunchConfig:
         *,
         cluster: int | tuple[int, ...] | None = None,
         cooperative: bool = False,
+        pdl: bool = False,
+        priority: int | None = None,
     ) -> LaunchConfig:
         """A checked config; a plain one made before from the same ints is given back.
 
@@ -133,6 +146,8 @@ class LaunchConfig:
             cls is LaunchConfig
             and cluster is None
             and cooperative is False
+            and pdl is False
+            and priority is None
             and shared_mem_bytes.__class__ is int
             and (grid.__class__ is int or _plain(grid))
             and (block.__class__ is int or _plain(block))
@@ -142,7 +157,7 @@ class LaunchConfig:
             if config is not None:
                 return config
         self = object.__new__(cls)
-        self._build(grid, block, shared_mem_bytes, cluster, cooperative)
+        self._build(grid, block, shared_mem_bytes, cluster, cooperative, pdl, priority)
         if key is not None:
             if len(_made) >= _KEPT_CONFIGS:
                 _made.clear()
@@ -150,7 +165,14 @@ class LaunchConfig:
         return self
 
     def _build(
-        self, grid: Any, block: Any, shared_mem_bytes: Any, cluster: Any, cooperative: Any
+        self,
+        grid: Any,
+        block: Any,
+        shared_mem_bytes: Any,
+        cluster: Any,
+        cooperative: Any,
+        pdl: Any,
+        priority: Any,
     ) -> None:
         op = "LaunchConfig"
         g = _dim3(grid, "grid", op)
@@ -182,7 +204,19 @@ class LaunchConfig:
             )
         if cooperative is not True and cooperative is not False:
             raise ValidationError(f"{op}: {cooperative=} must be True or False")
+        if pdl is not True and pdl is not False:
+            raise ValidationError(f"{op}: {pdl=} must be True or False")
+        if priority is not None and (
+            not isinstance(priority, int)
+            or isinstance(priority, bool)
+            or not _MIN_INT32 <= priority <= _MAX_INT32
+        ):
+            raise ValidationError(
+                f"{op}: {priority=} must be None or an int (the device's range is checked at "
+                "launch)"
+            )
         dims = (*g, *b, shared_mem_bytes)  # as the launcher takes them
+        attributes = (c, cooperative, pdl, priority)
         for name, value in (
             ("grid", g),
             ("block", b),
@@ -192,16 +226,16 @@ class LaunchConfig:
             ("cluster", c),
             ("cluster_blocks", 0 if c is None else c[0] * c[1] * c[2]),
             ("cooperative", cooperative),
-            ("extended", c is not None or cooperative),
-            ("_hash", hash((dims, c, cooperative))),
+            ("pdl", pdl),
+            ("priority", priority),
+            ("launch_attributes", attributes),
+            ("extended", attributes != (None, False, False, None)),
+            ("_hash", hash((dims, attributes))),
         ):
             object.__setattr__(self, name, value)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _config,
-            (self.grid, self.block, self.shared_mem_bytes, self.cluster, self.cooperative),
-        )
+        return (_config, (self.grid, self.block, self.shared_mem_bytes, *self.launch_attributes))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("LaunchConfig is immutable")
@@ -311,8 +345,7 @@ class LaunchConfig:
         return (
             isinstance(other, LaunchConfig)
             and self.dims == other.dims
-            and self.cluster == other.cluster
-            and self.cooperative == other.cooperative
+            and self.launch_attributes == other.launch_attributes
         )
 
     def __hash__(self) -> int:
@@ -328,6 +361,10 @@ class LaunchConfig:
             )
         if self.cooperative:
             extra += ", cooperative=True"
+        if self.pdl:
+            extra += ", pdl=True"
+        if self.priority is not None:
+            extra += f", priority={self.priority}"
         return (
             f"LaunchConfig(grid={self.grid}, block={self.block}, "
             f"shared_mem_bytes={self.shared_mem_bytes}{extra})"
@@ -356,10 +393,24 @@ def _plain(dims: Any) -> bool:
 
 
 def _config(
-    grid: Any, block: Any, shared_mem_bytes: int, cluster: Any, cooperative: bool
+    grid: Any,
+    block: Any,
+    shared_mem_bytes: int,
+    cluster: Any,
+    cooperative: bool,
+    pdl: bool = False,
+    priority: int | None = None,
 ) -> LaunchConfig:
     """`LaunchConfig` from its fields, for pickle and copy."""
-    return LaunchConfig(grid, block, shared_mem_bytes, cluster=cluster, cooperative=cooperative)
+    return LaunchConfig(
+        grid,
+        block,
+        shared_mem_bytes,
+        cluster=cluster,
+        cooperative=cooperative,
+        pdl=pdl,
+        priority=priority,
+    )
 
 
 def check_against(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
@@ -427,6 +478,19 @@ def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
                 f"shared_mem_bytes={config.shared_mem_bytes} cannot run {name!r} on this "
                 "device: a cluster's blocks must fit on one group of multiprocessors at once "
                 "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)"
+            )
+    if config.pdl and ctx.compute_capability < (9, 0):
+        major, minor = ctx.compute_capability
+        raise ValidationError(
+            f"{op}: pdl=True needs programmatic dependent launch (sm_90 or later); this device "
+            f"is sm_{major}{minor}"
+        )
+    if config.priority is not None:
+        lowest, highest = ctx.stream_priority_range
+        if not highest <= config.priority <= lowest:
+            raise ValidationError(
+                f"{op}: priority={config.priority} is out of this device's range: {highest} "
+                f"(the highest) to {lowest} (the lowest)"
             )
     if config.cooperative:
         if not ctx.attribute("COOPERATIVE_LAUNCH"):

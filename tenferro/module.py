@@ -347,8 +347,7 @@ class Function:
                 config.dims,
                 stream,
                 self.param_block.address,
-                config.cluster,
-                config.cooperative,
+                config.launch_attributes,
             )
             self.record_address = self.record.address
         self.record_config = config

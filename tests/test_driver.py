@@ -168,7 +168,7 @@ def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attribute
         ),
     )
     rec = _driver.ExtendedLaunchRecord(
-        0x1234, (4, 2, 1, 64, 2, 1, 512), 0x99, 0xABC0, (2, 2, 1), True
+        0x1234, (4, 2, 1, 64, 2, 1, 512), 0x99, 0xABC0, ((2, 2, 1), True, False, None)
     )
     assert _driver.launcher(True)(rec.address) == 0
     ((config, f, params, extra),) = seen
@@ -194,7 +194,9 @@ def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attribute
     assert coop.value.cooperative == 1
     with pytest.raises(KeyError):  # the plain launchers never take an extended record
         _driver.launcher(False)(rec.address)
-    only_coop = _driver.ExtendedLaunchRecord(1, (1, 1, 1, 32, 1, 1, 0), 0, 0, None, True)
+    only_coop = _driver.ExtendedLaunchRecord(
+        1, (1, 1, 1, 32, 1, 1, 0), 0, 0, (None, True, False, None)
+    )
     _driver.launcher(True)(only_coop.address)
     assert seen[-1][0].numAttrs == 1
     address = rec.address
@@ -204,19 +206,41 @@ def test_an_extended_record_launches_through_cuLaunchKernelEx_with_its_attribute
 
 
 @pytest.mark.parametrize(
-    ("cluster", "cooperative", "kind"),
+    ("attributes", "kind"),
     [
-        (None, False, "LaunchRecord"),
-        ((2, 1, 1), False, "ExtendedLaunchRecord"),
-        (None, True, "ExtendedLaunchRecord"),
-        ((1, 1, 1), True, "ExtendedLaunchRecord"),
+        ((None, False, False, None), "LaunchRecord"),
+        (((2, 1, 1), False, False, None), "ExtendedLaunchRecord"),
+        ((None, True, False, None), "ExtendedLaunchRecord"),
+        (((1, 1, 1), True, False, None), "ExtendedLaunchRecord"),
+        ((None, False, True, None), "ExtendedLaunchRecord"),
+        ((None, False, False, 0), "ExtendedLaunchRecord"),  # priority 0 is a priority
     ],
 )
-def test_a_launch_record_is_extended_exactly_with_clusters_or_cooperation(
-    cluster, cooperative, kind
-):
-    rec = _driver.launch_record(0x1, (2, 1, 1, 32, 1, 1, 0), 0x2, 0x3, cluster, cooperative)
+def test_a_launch_record_is_extended_exactly_where_an_attribute_is_set(attributes, kind):
+    rec = _driver.launch_record(0x1, (2, 1, 1, 32, 1, 1, 0), 0x2, 0x3, attributes)
     assert type(rec).__name__ == kind
+
+
+def test_the_extended_launch_config_carries_each_attribute_asked_for():
+    from cuda.bindings import driver as cu
+
+    from tenferro._driver.fast_launch import launch_config
+
+    ids = cu.CUlaunchAttributeID
+    config = launch_config((4, 1, 1, 64, 1, 1, 128), 0x2, ((2, 1, 1), True, True, -3))
+    got = {a.id: a for a in config.attrs[: config.numAttrs]}
+    assert set(got) == {
+        ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+        ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        ids.CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    }
+    pdl = got[ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    assert pdl.value.programmaticStreamSerializationAllowed == 1
+    assert got[ids.CU_LAUNCH_ATTRIBUTE_PRIORITY].value.priority == -3
+    assert (config.gridDimX, config.blockDimX, config.sharedMemBytes) == (4, 64, 128)
+    plain = launch_config((4, 1, 1, 64, 1, 1, 0), 0x2, (None, False, False, None))
+    assert plain.numAttrs == 0
 
 
 class _ParamInfoDriver:

@@ -777,3 +777,65 @@ def test_a_block_past_a_kernels_launch_bounds_is_refused_naming_them(session, rn
     np.testing.assert_array_equal(session.download(y), y0)  # nothing ran
     session.launch(fn, tf.LaunchConfig(1, 128), [session.tensor_mut(y)])  # the bound itself
     np.testing.assert_array_equal(session.download(y)[:128], 1)
+
+
+PDL = r"""
+extern "C" __global__ void produce(float* y, const float* x, unsigned n, long long spin) {
+    asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may start now
+    long long t0 = clock64();
+    while (clock64() - t0 < spin) {}
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+extern "C" __global__ void consume(float* z, const float* y, unsigned n) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel's writes, all
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = y[i] + 1.0f;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_a_pdl_launch_waits_where_its_kernel_says_and_reads_every_write_before(session, rng):
+    module = session.compile(PDL)
+    produce, consume = module.function("produce"), module.function("consume")
+    n = 1 << 18
+    x = rng.standard_normal(n).astype(np.float32)
+    tx, ty = session.upload(x), session.upload(np.full(n, np.nan, np.float32))
+    plain, dependent = (
+        tf.LaunchConfig.flat(n, 256),
+        tf.LaunchConfig((n + 255) // 256, 256, pdl=True),
+    )
+    want = 2 * x.astype(np.float64) + 1
+    for round_ in range(3):  # s.launch, a bound launch, a captured graph
+        tz = session.upload(np.full(n, np.nan, np.float32))
+        first = [session.tensor_mut(ty), session.tensor(tx), n, 200_000]
+        second = [session.tensor_mut(tz), session.tensor(ty), n]
+        if round_ == 0:
+            session.launch(produce, plain, first)
+            session.launch(consume, dependent, second)
+        elif round_ == 1:
+            session.bind(produce, plain, first)()
+            session.bind(consume, dependent, second)()
+        else:
+            with session.capture() as cap:
+                session.launch(produce, plain, first)
+                session.launch(consume, dependent, second)
+            cap.graph.launch()
+        np.testing.assert_allclose(session.download(tz), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_a_launch_with_a_priority_runs_and_one_past_the_devices_range_is_refused(session, rng):
+    fn = session.compile(AXPY).function("axpy")
+    n = 4096
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    tx, ty = session.upload(x), session.upload(y)
+    args = [session.tensor_mut(ty), session.tensor(tx), 2.0, n]
+    with pytest.raises(
+        tf.ValidationError, match=r"^session\.launch: priority=1 is out of this device's range: "
+    ):
+        session.launch(fn, tf.LaunchConfig(16, 256, priority=1), args)
+    np.testing.assert_array_equal(session.download(ty), y)  # nothing ran
+    session.launch(fn, tf.LaunchConfig(16, 256, priority=0), args)  # 0: the lowest, always in
+    np.testing.assert_allclose(session.download(ty), 2 * x.astype(np.float64) + y, atol=1e-5)

@@ -540,6 +540,7 @@ class _Context:
             "MULTIPROCESSOR_COUNT": sms,
         }
         self.compute_capability = cc
+        self.stream_priority_range = (0, -5)  # an H100's: lowest 0, highest -5
 
     def attribute(self, name):
         return self.facts[name]
@@ -692,3 +693,70 @@ def test_auto_and_resident_refuse_what_is_not_a_modules_function(make):
             rf"{type(passed).__name__}$",
         ):
             getattr(tf.LaunchConfig, make)(passed, 32)
+
+
+# --- programmatic dependent launch and launch priority ------------------------------------------
+
+
+def test_pdl_and_priority_make_an_extended_config_that_compares_pickles_and_says_so():
+    import copy
+    import pickle
+
+    plain = tf.LaunchConfig(8, 64)
+    pdl = tf.LaunchConfig(8, 64, pdl=True)
+    urgent = tf.LaunchConfig(8, 64, priority=-5)
+    assert not plain.extended and pdl.extended and urgent.extended
+    assert (pdl.pdl, pdl.priority, urgent.pdl, urgent.priority) == (True, None, False, -5)
+    assert tf.LaunchConfig(8, 64, priority=0).extended  # priority 0 is asked for, not absent
+    assert pdl != plain and urgent != plain and pdl != urgent
+    assert pdl == tf.LaunchConfig(8, 64, pdl=True) and hash(pdl) == hash(
+        tf.LaunchConfig(8, 64, pdl=True)
+    )
+    assert tf.LaunchConfig(8, 64, pdl=False, priority=None) is plain  # a plain one, kept
+    both = tf.LaunchConfig(8, 64, cluster=2, pdl=True, priority=-1)
+    for again in (pickle.loads(pickle.dumps(both)), copy.copy(both)):
+        assert again == both and again.launch_attributes == ((2, 1, 1), False, True, -1)
+    assert repr(both).endswith("clusters, pdl=True, priority=-1)")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        ({"pdl": 1}, r"pdl=1 must be True or False"),
+        ({"pdl": None}, r"pdl=None must be True or False"),
+        ({"priority": True}, r"priority=True must be None or an int"),
+        ({"priority": -1.0}, r"priority=-1\.0 must be None or an int"),
+        ({"priority": 1 << 31}, r"priority=2147483648 must be None or an int"),
+        ({"priority": -(1 << 31) - 1}, r"priority=-2147483649 must be None or an int"),
+    ],
+)
+def test_a_config_refuses_a_pdl_or_priority_of_another_type(kwargs, msg):
+    with pytest.raises(tf.ValidationError, match=r"^LaunchConfig: " + msg):
+        tf.LaunchConfig(8, 64, **kwargs)
+    tf.LaunchConfig(8, 64, priority=(1 << 31) - 1)  # the int32 ends are taken here, checked at
+    tf.LaunchConfig(8, 64, priority=-(1 << 31))  # launch against the device's range
+
+
+def test_a_priority_is_checked_against_the_devices_range_at_both_ends():
+    fn = _ClusterFn()
+    for p in (0, -5, -3):  # lowest, highest, between
+        _check(tf.LaunchConfig(8, 64, priority=p), fn)
+    for p in (1, -6):
+        with pytest.raises(
+            tf.ValidationError,
+            match=rf"^session\.launch: priority={p} is out of this device's range: -5 \(the "
+            r"highest\) to 0 \(the lowest\)$",
+        ):
+            _check(tf.LaunchConfig(8, 64, priority=p), fn)
+    assert fn.asked == []
+
+
+def test_pdl_is_refused_before_sm_90_and_taken_from_it():
+    _check(tf.LaunchConfig(8, 64, pdl=True), _ClusterFn(cc=(9, 0)))
+    _check(tf.LaunchConfig(8, 64, pdl=True), _ClusterFn(cc=(10, 0)))
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: pdl=True needs programmatic dependent launch \(sm_90 or "
+        r"later\); this device is sm_89$",
+    ):
+        _check(tf.LaunchConfig(8, 64, pdl=True), _ClusterFn(cc=(8, 9)))

@@ -46,6 +46,7 @@ class PrimaryContext:
         name = check("cuDeviceGetName", cu.cuDeviceGetName(256, self._device))
         self.name = name.split(b"\0", 1)[0].decode()
         self._attrs: dict[str, int] = {}
+        self._priorities: tuple[int, int] | None = None
         self._pool = _create_pool(ordinal)
 
     @classmethod
@@ -88,6 +89,15 @@ class PrimaryContext:
             self.attribute("COMPUTE_CAPABILITY_MAJOR"),
             self.attribute("COMPUTE_CAPABILITY_MINOR"),
         )
+
+    @property
+    def stream_priority_range(self) -> tuple[int, int]:
+        """(lowest, highest) stream and launch priority; lower numbers run first (0, -5)."""
+        if self._priorities is None:
+            self.make_current()
+            lowest, highest = check("cuCtxGetStreamPriorityRange", cu.cuCtxGetStreamPriorityRange())
+            self._priorities = (int(lowest), int(highest))
+        return self._priorities
 
     def make_current(self) -> int:
         """Make this context current on the calling thread; return the previous one."""

@@ -67,8 +67,12 @@ class LaunchRecord:
             pass
 
 
-def launch_config(dims: tuple, stream: int, cluster: tuple | None, cooperative: bool) -> Any:
-    """The CUlaunchConfig of cuLaunchKernelEx: ``dims`` (grid, block, shared memory), attributes."""
+def launch_config(dims: tuple, stream: int, attributes: tuple) -> Any:
+    """The CUlaunchConfig of cuLaunchKernelEx: ``dims`` (grid, block, shared memory), attributes.
+
+    ``attributes`` is (cluster, cooperative, pdl, priority), as `LaunchConfig` keeps them.
+    """
+    cluster, cooperative, pdl, priority = attributes
     config = cu.CUlaunchConfig()
     (
         config.gridDimX,
@@ -91,13 +95,23 @@ def launch_config(dims: tuple, stream: int, cluster: tuple | None, cooperative: 
         a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
         a.value.cooperative = 1
         attrs.append(a)
+    if pdl:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(a)
+    if priority is not None:
+        a = cu.CUlaunchAttribute()
+        a.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
+        a.value.priority = priority
+        attrs.append(a)
     config.attrs = attrs
     config.numAttrs = len(attrs)
     return config
 
 
 class ExtendedLaunchRecord:
-    """A launch with thread-block clusters or cooperative (grid-wide sync): cuLaunchKernelEx.
+    """A launch with launch attributes (clusters, cooperative, PDL, priority): cuLaunchKernelEx.
 
     Read by `launcher(extended=True)` only; the plain launchers, the @njit one included, never
     see it (its address is not among theirs).
@@ -111,11 +125,10 @@ class ExtendedLaunchRecord:
         dims: tuple,
         stream: int,
         params: int,
-        cluster: tuple | None,
-        cooperative: bool,
+        attributes: tuple,
     ) -> None:
         self._call = (
-            launch_config(dims, stream, cluster, cooperative),
+            launch_config(dims, stream, attributes),
             cu.CUfunction(func),
             params,
             0,
@@ -135,15 +148,19 @@ _extended_calls: dict[int, tuple] = {}  # ExtendedLaunchRecord address -> its ca
 
 
 def launch_record(
-    func: int, dims: tuple, stream: int, params: int, cluster: tuple | None, cooperative: bool
+    func: int, dims: tuple, stream: int, params: int, attributes: tuple
 ) -> LaunchRecord | ExtendedLaunchRecord:
-    """The record a launcher takes: extended (cuLaunchKernelEx) with clusters or cooperation.
+    """The record a launcher takes: extended (cuLaunchKernelEx) where attributes are set.
 
-    ``launcher(extended=cluster is not None or cooperative)`` is the one that reads it.
+    ``attributes`` is (cluster, cooperative, pdl, priority); ``launcher(extended=True)`` reads
+    an extended record, as `LaunchConfig.extended` says.
     """
-    if cluster is not None or cooperative:
-        return ExtendedLaunchRecord(func, dims, stream, params, cluster, cooperative)
+    if attributes != _PLAIN:
+        return ExtendedLaunchRecord(func, dims, stream, params, attributes)
     return LaunchRecord(func, dims, stream, params)
+
+
+_PLAIN = (None, False, False, None)  # no cluster, not cooperative, no PDL, no priority
 
 
 def _extended_launcher(record: int) -> int:

@@ -94,7 +94,7 @@ def func_set_attribute(func: int, name: str, value: int, op: str) -> None:
 
 def max_active_clusters(func: int, dims: tuple, cluster: tuple, stream: int, op: str) -> int:
     """Clusters of this launch shape that can run at once on the device (0: none fits)."""
-    config = launch_config(dims, stream, cluster, False)
+    config = launch_config(dims, stream, (cluster, False, False, None))
     return int(check(op, cu.cuOccupancyMaxActiveClusters(cu.CUfunction(func), config)))
 
 
