@@ -1,4 +1,4 @@
-"""Programmatic dependent launch on a chain of short kernels: device time a kernel, with and without.
+"""Programmatic dependent launch on a chain of short kernels: device time with and without.
 
     python3 benchmarks/pdl.py [--json pdl.json]
 
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import tenferro as tf  # noqa: E402
+import tenferro as tf
 
 SRC = r"""
 extern "C" __global__ void step(float* y, const float* x, unsigned n) {
@@ -79,7 +79,8 @@ def main() -> int:
                     times.append(start.elapsed_ms(end) * 1000 / KERNELS)
                 rows[f"{how}, pdl={pdl}"] = statistics.median(times)
     print(
-        f"{name}: {KERNELS} dependent kernels of {n} elements, device µs a kernel (median of {ROUNDS}):"
+        f"{name}: {KERNELS} dependent kernels of {n} elements, "
+        f"device µs a kernel (median of {ROUNDS}):"
     )
     for key, us in rows.items():
         print(f"  {key:<22} {us:7.2f}")
