@@ -18,13 +18,14 @@ capture are freed after it ends, not inside the graph.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 from . import _driver
 from ._liveness import capture_on_this_thread
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
-from .interop.streams import LEGACY
+from .interop.streams import LEGACY, check_context, order_after, stream_value
 
 __all__ = ["Capture", "Graph", "capture", "captured_elsewhere"]
 
@@ -63,28 +64,30 @@ class Graph:
         self._graph = graph  # owned from here on; before, the capture destroys it on failure
 
     def launch(self, stream: Any = None) -> None:
-        """Replay the graph on the session's stream (the only stream it may run on).
+        """Replay the graph on the session's stream, or on another stream of its device.
 
-        ``stream`` other than None is refused: the graph's owners and order are the session's.
-        Only enqueues; the graph and its owners are held until the stream has passed it.
+        On another stream the replay is ordered after the work enqueued on the session's
+        stream so far, and the session's stream after the replay, so the session's later work
+        and the release of the graph's owners follow it; the host never waits. Only enqueues;
+        the graph and its owners are held until the stream has passed it.
 
         Args:
-            stream: None; any other value is refused.
+            stream: None for the session's stream; or a stream handle (an int; 1 and 2 the
+                legacy and per-thread default streams) or an object with ``__cuda_stream__``
+                (a torch or CuPy stream) of the session's device.
 
         Raises:
-            ValidationError: ``stream`` is not None.
+            ValidationError: ``stream`` is not a stream value, or a stream of another
+                context than the session's.
             RuntimeStateError: The session is closed, used from another thread, or
                 capturing; or the graph cannot replay (a refused update left it without an
                 executable graph, and making one failed).
             BackendError: The driver refused the replay.
             KernelFault: A kernel fault has stopped the session.
         """
-        if stream is not None:
-            raise ValidationError(
-                f"graph.launch: {stream=} is refused; a graph replays on its session's stream"
-            )
         st = self.state
         op = "graph.launch"
+        other = stream_value(stream, "stream", op, objects=True, handle=True)
         st.check_use(op)
         if st.liveness.capturing:
             raise RuntimeStateError(f"{op}: not during a capture")
@@ -94,8 +97,18 @@ class Graph:
                 "graph again after a refused update failed; capture anew, or capture the "
                 "same work again with update=graph"
             )
+        name = f"graph of {self.node_count} node(s)"
         try:  # the graph and its owners live until the stream passes the replay
-            st.enqueue(op, f"graph of {self.node_count} node(s)", None, self._exec.launch, op, self)
+            if other is None or other == st.stream:
+                st.enqueue(op, name, None, self._exec.launch, op, self)
+                return
+            check_context(other, st.context, "stream", op)
+            if st.ordering.pending:  # the producers first, then everything on the session's
+                st.ordering.flush(op)
+            order_after(other, st.stream, st.import_event, op)
+            st.enqueue(
+                op, name, None, functools.partial(_replay_on, self._exec, other, st), op, self
+            )
         except KernelFault as exc:
             raise st.record_fault(exc) from None
 
@@ -152,6 +165,12 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.node_count} node(s), {len(self.owners)} owner group(s))"
+
+
+def _replay_on(exec_graph: _driver.ExecutableGraph, stream: int, st: Any, op: str) -> None:
+    """Replay on ``stream``, then order the session's stream after it (a timeline times both)."""
+    exec_graph.launch_on(stream, op)
+    order_after(st.stream, stream, st.import_event, op)
 
 
 def _destroy(exec_graph: _driver.ExecutableGraph | None, graph: int) -> None:

@@ -132,8 +132,11 @@ def test_capture_refusals(session):
             with session.capture():
                 pass
         session.launch(axpy, tf.LaunchConfig.flat(16), [ym, yr, 1.0, 16])
-    with pytest.raises(tf.ValidationError, match=r"graph\.launch: stream=5 is refused"):
-        cap.graph.launch(stream=5)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^graph\.launch: stream='5' must be None, an int or an object with __cuda_stream__",
+    ):
+        cap.graph.launch(stream="5")
     cap.graph.launch()
     session.synchronize()
 
@@ -491,3 +494,141 @@ def test_a_graph_update_with_other_work_is_refused_and_the_graph_unchanged(sessi
     graph.launch()
     np.testing.assert_allclose(session.download(y), x0.astype(np.float64) + y0, rtol=1e-6)
     np.testing.assert_array_equal(session.download(other), y0)  # never ran
+
+
+# --- a replay on another stream: ordered both ways through a stand-in driver --------------------
+
+
+class _ReplayingState:
+    """A session's state as a replay asks it: stream 0x5 of context 0xC0, its import event 0x9,
+    a pending producer stream, and an enqueue that calls the launch and records the holds."""
+
+    def __init__(self, calls):
+        import types
+
+        self.calls, self.stream, self.import_event = calls, 0x5, 0x9
+        self.context = types.SimpleNamespace(handle=0xC0, ordinal=0)
+        self.liveness = Liveness(0x5, 256, 256 << 20)
+        self.ordering = types.SimpleNamespace(pending=[0x44], flush=self._flush)
+
+    def _flush(self, op):
+        self.calls.append(("flush", tuple(self.ordering.pending), op))
+        self.ordering.pending = []
+
+    def check_use(self, op):
+        pass
+
+    def enqueue(self, op, name, config, launch, target, holds):
+        self.calls.append(("enqueue", name, holds))
+        launch(target)
+
+
+class _ReplayingExec(_Exec):
+    def launch(self, op):
+        self.calls.append(("replay", "own stream", op))
+
+    def launch_on(self, stream, op):
+        self.calls.append(("replay", hex(stream), op))
+
+
+@pytest.fixture
+def replaying(monkeypatch):
+    from tenferro import graph as graph_part
+    from tenferro.interop import streams
+
+    calls = []
+    _ReplayingExec.calls = calls
+    _Exec.made, _Exec.refuse, _Exec.fail, _Exec.destroy_raises = [], None, False, False
+    monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _ReplayingExec)
+    monkeypatch.setattr(graph_part._driver, "graph_destroy", lambda g: None)
+    monkeypatch.setattr(
+        graph_part,
+        "order_after",
+        lambda waiter, producer, event, op: calls.append(
+            ("order", hex(waiter), hex(producer), event)
+        ),
+    )
+    monkeypatch.setattr(streams._driver, "stream_context", lambda h: {0x77: 0xC0, 0x88: 0xD0}[h])
+    g = graph_part.Graph(_ReplayingState(calls), 0x10, 2, ["owners"])
+    yield g, calls
+    calls.clear()  # it names g: no cycle left for a later collection to find
+    g.__del__()  # destroyed through the stand-ins, while they stand in
+
+
+class _TorchStream:
+    def __cuda_stream__(self):
+        return (0, 0x77)
+
+
+@pytest.mark.parametrize("stream", [0x77, _TorchStream()], ids=["handle", "__cuda_stream__"])
+def test_a_replay_on_another_stream_waits_for_the_session_and_the_session_for_it(replaying, stream):
+    g, calls = replaying
+    g.launch(stream=stream)
+    assert calls == [
+        ("flush", (0x44,), "graph.launch"),  # the producers before everything the fork covers
+        ("order", "0x77", "0x5", 0x9),  # the replay after the session's work
+        ("enqueue", "graph of 2 node(s)", g),  # held until the session's stream passes it
+        ("replay", "0x77", "graph.launch"),
+        ("order", "0x5", "0x77", 0x9),  # the session's stream after the replay
+    ]
+
+
+@pytest.mark.parametrize("stream", [None, 0x5])
+def test_a_replay_on_the_sessions_own_stream_needs_no_order(replaying, stream):
+    g, calls = replaying
+    g.launch(stream=stream)
+    assert calls == [
+        ("enqueue", "graph of 2 node(s)", g),
+        ("replay", "own stream", "graph.launch"),
+    ]
+
+
+@pytest.mark.parametrize("stream", [0, 1])  # a driver handle 0 is the NULL (legacy) stream
+def test_a_replay_on_the_legacy_default_stream_is_ordered_both_ways(replaying, stream):
+    g, calls = replaying
+    g.launch(stream=stream)
+    assert [c for c in calls if c[0] in ("order", "replay")] == [
+        ("order", "0x1", "0x5", 0x9),
+        ("replay", "0x1", "graph.launch"),
+        ("order", "0x5", "0x1", 0x9),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stream", "msg"),
+    [
+        (0x88, r"stream=0x88 belongs to another context \(0xd0\), not device 0's primary context"),
+        ("x", r"stream='x' must be None, an int or an object with __cuda_stream__"),
+        (-3, r"stream=-3 is not a stream handle"),
+    ],
+)
+def test_a_replay_on_a_stream_it_cannot_run_on_is_refused_and_nothing_enqueued(
+    replaying, stream, msg
+):
+    g, calls = replaying
+    with pytest.raises(tf.ValidationError, match=r"^graph\.launch: " + msg):
+        g.launch(stream=stream)
+    assert calls == []
+
+
+@pytest.mark.gpu
+def test_a_graph_replayed_on_another_sessions_stream_is_ordered_with_its_own(session, rng):
+    # slow_scale spins before it writes: a download on the session's stream right after the
+    # replay sees its result only if the session's stream was ordered after the other stream.
+    from _sources import AXPY
+
+    fn = session.compile(AXPY).function("slow_scale")
+    n = 4096
+    x0 = rng.standard_normal(n)
+    x, y = session.upload(x0), session.upload(np.full(n, np.nan))
+    with session.capture() as cap:
+        session.launch(
+            fn,
+            tf.LaunchConfig.flat(n),
+            [session.tensor_mut(y), session.tensor(x), 3.0, n, 20_000_000],
+        )
+    with tf.Session(session.device) as other:
+        cap.graph.launch(stream=other.stream)
+        np.testing.assert_array_equal(session.download(y), 3.0 * x0)
+        with pytest.raises(tf.ValidationError, match=r"^graph\.launch: stream=Session\("):
+            cap.graph.launch(stream=other)  # a Session is not a stream; its .stream is

@@ -50,6 +50,12 @@ class ExecutableGraph:
         if err:
             raise fail(op, err)
 
+    def launch_on(self, stream: int, op: str) -> None:
+        """Enqueue the graph on another ``stream`` (the caller orders it with its own)."""
+        err = cu.cuGraphLaunch(self._exec, cu.CUstream(stream))[0]
+        if err:
+            raise fail(op, err)
+
     def update(self, graph: int, op: str) -> str | None:
         """Take ``graph``'s node parameters in place (cuGraphExecUpdate); None when it did.
 

@@ -27,6 +27,7 @@ __all__ = [
     "LEGACY",
     "PER_THREAD",
     "StreamOrdering",
+    "check_context",
     "open_stream",
     "order_after",
     "ordered_with",
@@ -120,12 +121,17 @@ def open_stream(external: int | None, context: Any, op: str) -> tuple[int, froze
     if external is None:
         stream = _driver.stream_create()
         return stream, frozenset((stream, LEGACY))
-    if external > PER_THREAD and (ctx := _driver.stream_context(external)) != context.handle:
+    check_context(external, context, "stream", op)
+    return external, ordered_with(external, op)
+
+
+def check_context(stream: int, context: Any, what: str, op: str) -> None:
+    """Refuse a stream handle of another context than ``context`` (the defaults are anyone's)."""
+    if stream > PER_THREAD and (ctx := _driver.stream_context(stream)) != context.handle:
         raise ValidationError(
-            f"{op}: stream=0x{external:x} belongs to another context "
+            f"{op}: {what}=0x{stream:x} belongs to another context "
             f"(0x{ctx:x}), not device {context.ordinal}'s primary context"
         )
-    return external, ordered_with(external, op)
 
 
 class StreamOrdering:
