@@ -760,3 +760,31 @@ def test_pdl_is_refused_before_sm_90_and_taken_from_it():
         r"later\); this device is sm_89$",
     ):
         _check(tf.LaunchConfig(8, 64, pdl=True), _ClusterFn(cc=(8, 9)))
+
+
+_attrs = st.tuples(
+    st.sampled_from([None, 1, 2, (2, 1)]),
+    st.booleans(),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(-6, 1)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_attrs, _attrs)
+def test_configs_are_equal_exactly_when_their_launch_attributes_are_and_round_trip(a, b):
+    import pickle
+
+    def make(attrs):
+        cluster, cooperative, pdl, priority = attrs
+        return tf.LaunchConfig(
+            4, 64, cluster=cluster, cooperative=cooperative, pdl=pdl, priority=priority
+        )
+
+    ca, cb = make(a), make(b)
+    assert (ca == cb) == (ca.launch_attributes == cb.launch_attributes)
+    if ca == cb:
+        assert hash(ca) == hash(cb)
+    assert ca.extended == (ca.launch_attributes != (None, False, False, None))
+    again = pickle.loads(pickle.dumps(ca))
+    assert again == ca and again.launch_attributes == ca.launch_attributes
