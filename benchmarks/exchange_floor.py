@@ -75,7 +75,7 @@ def main() -> int:
     libc = ctypes.CDLL(None)
     memcpy = ctypes.CFUNCTYPE(i64, i64, i64, i64)(ctypes.cast(libc.memcpy, ctypes.c_void_p).value)
 
-    @njit(nogil=True)
+    @njit  # the GIL held: a refusal sets a Python exception
     def read(addrs, dl, out):  # out[k]: data, device, ndim|dtype, shape[0:4], strides[0:4]
         dl_addr = np.int64(dl.ctypes.data)
         out_addr = np.int64(out.ctypes.data)
@@ -92,11 +92,11 @@ def main() -> int:
                 memcpy(row + 32, dl[4], 8 * ndim)
         return 0
 
-    @njit(nogil=True)
+    @njit
     def empty(a, b, c):  # what numba's dispatch and unboxing of three arrays cost
         return a.shape[0] + b.shape[0] + c.shape[0]
 
-    @njit(nogil=True)
+    @njit
     def current(device, slot):
         return work_stream(KDL_CUDA, device, np.int64(slot.ctypes.data))
 

@@ -44,6 +44,8 @@ def main() -> int:
     rows: dict[str, float] = {}
     with tf.Session(0) as s:
         name = s.context.name
+        if s.context.compute_capability < (9, 0):
+            raise SystemExit(f"{name}: programmatic dependent launch needs sm_90 or later")
         step = s.compile(SRC).function("step")
         x0 = np.random.default_rng(0).standard_normal(n).astype(np.float32)
         a, b = s.upload(x0), s.alloc_output(n, np.float32)

@@ -34,10 +34,11 @@ class Event:
 
     def __del__(self) -> None:
         h, self.handle = getattr(self, "handle", 0), 0
-        if h and not _driver.forked_child():  # a forked child's events are the parent's
+        if h:
             try:
-                _driver.event_destroy(h)
-            except Exception:  # never raise from a finaliser
+                if not _driver.forked_child():  # a forked child's events are the parent's
+                    _driver.event_destroy(h)
+            except Exception:  # never raise from a finaliser (at exit, _driver may be gone)
                 pass
 
     def check_open(self, op: str) -> None:

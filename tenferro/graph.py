@@ -153,15 +153,20 @@ class Graph:
     def __del__(self) -> None:
         exec_graph, graph = getattr(self, "_exec", None), getattr(self, "_graph", 0)
         self._exec, self._graph = None, 0
-        if (exec_graph is None and not graph) or _driver.forked_child():  # the parent's
+        if exec_graph is None and not graph:
             return
-        live = getattr(getattr(self, "state", None), "liveness", None)
-        if live is None or not live.capturing:  # its own session's capture, or one on this thread
-            live = capture_on_this_thread()
-        if live is not None and live.capturing:  # a destroy now would invalidate the capture
-            live.defer_release(lambda: _destroy(exec_graph, graph))
-        else:
-            _destroy(exec_graph, graph)
+        try:  # never raise from a finaliser (at exit, the modules' globals may be gone)
+            if _driver.forked_child():  # a forked child's graphs are the parent's
+                return
+            live = getattr(getattr(self, "state", None), "liveness", None)
+            if live is None or not live.capturing:  # its session's capture, or one on this thread
+                live = capture_on_this_thread()
+            if live is not None and live.capturing:  # a destroy now would invalidate the capture
+                live.defer_release(lambda: _destroy(exec_graph, graph))
+            else:
+                _destroy(exec_graph, graph)
+        except Exception:
+            pass
 
     def __repr__(self) -> str:
         return f"Graph({self.node_count} node(s), {len(self.owners)} owner group(s))"

@@ -403,11 +403,13 @@ class Function:
         regs = _driver.func_attribute(self.handle, "NUM_REGS")
         per_block = self.state.context.attribute("MAX_REGISTERS_PER_BLOCK")
         allocated = -(-regs // 8) * 8  # a thread's registers are given in units of 8
-        if allocated * threads > per_block:
+        warps = -(-threads // 32)  # and to whole warps
+        need = allocated * 32 * warps
+        if need > per_block:
             held = f" (allocated as {allocated})" if allocated != regs else ""
             return (
-                f"it uses {regs} registers a thread{held}, {allocated * threads} for the "
-                f"block, past the {per_block} a block has on this device"
+                f"it uses {regs} registers a thread{held}, {need} for the block's {warps} "
+                f"warps, past the {per_block} a block has on this device"
             )
         return (
             f"its __launch_bounds__ (or PTX .maxntid) caps a block at "

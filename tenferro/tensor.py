@@ -136,9 +136,9 @@ class Tensor(Shaped):
             return
         self.ptr = 0
         st = self.state
-        if _driver.forked_child():  # the parent's memory: not this process's to free
-            return
         try:
+            if _driver.forked_child():  # the parent's memory: not this process's to free
+                return
             if st.is_open and st.thread == threading.get_ident():
                 if st.liveness.capturing:  # a free now would become a node of the graph
                     st.liveness.defer_free(ptr)

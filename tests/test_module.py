@@ -663,8 +663,8 @@ def test_an_equal_config_keeps_the_functions_launch_record(monkeypatch):
 @pytest.mark.parametrize(
     ("registers", "reason"),
     [
-        (85, r"it uses 85 registers a thread \(allocated as 88\), 67672 for the block, "),
-        (96, r"it uses 96 registers a thread, 73824 for the block, "),
+        (85, r"it uses 85 registers a thread \(allocated as 88\), 70400 for the block's 25 "),
+        (96, r"it uses 96 registers a thread, 76800 for the block's 25 "),
     ],
 )
 def test_a_block_past_the_devices_registers_names_them_with_the_numbers(
@@ -679,7 +679,7 @@ def test_a_block_past_the_devices_registers_names_them_with_the_numbers(
     with pytest.raises(
         tf.ValidationError,
         match=r"^session\.launch: block=\(769, 1, 1\) has 769 threads but 'scale' allows at "
-        r"most 768: " + reason + r"past the 65536 a block has on this device$",
+        r"most 768: " + reason + r"warps, past the 65536 a block has on this device$",
     ):
         check_against(tf.LaunchConfig(1, 769), fn, "session.launch")
     check_against(tf.LaunchConfig(1, 768), fn, "session.launch")  # the limit itself is taken
