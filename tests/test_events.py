@@ -44,3 +44,52 @@ def test_events_time_work_and_order_streams(session, rng):
         s2.wait(done)
         out = s2.download(y)  # s2's stream is ordered after the first session's launch
     np.testing.assert_array_equal(out, 4.0 * session.download(x))
+
+
+class _EventState:
+    """An event's session state: open and not forked, unless told."""
+
+    def __init__(self, is_open=True, forked=False):
+        self.is_open, self.forked, self.faults = is_open, forked, []
+
+    def record_fault(self, exc):
+        self.faults.append(exc)
+        return exc
+
+
+def _event(state, handle=0x9, timing=True):
+    ev = object.__new__(tf.Event)
+    ev.state, ev.handle, ev.timing = state, handle, timing
+    return ev
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        (
+            _EventState(forked=True),
+            "the event's session was opened before this process was forked from its parent: "
+            "this process was forked from one that had initialised CUDA",
+        ),
+        (_EventState(is_open=False), "the event's session is closed"),
+    ],
+    ids=["forked", "closed"],
+)
+def test_an_event_of_a_forked_or_closed_session_refuses_use_and_asks_the_driver_nothing(
+    monkeypatch, state, why
+):
+    from tenferro import _driver
+
+    asked = []
+    for name in ("event_query", "event_synchronize", "event_elapsed_ms", "event_destroy"):
+        monkeypatch.setattr(_driver, name, lambda *a, name=name: asked.append(name))
+    ev, end = _event(state), _event(_EventState())
+    for op, call in (
+        ("event.query", ev.query),
+        ("event.synchronize", ev.synchronize),
+        ("event.elapsed_ms", lambda: ev.elapsed_ms(end)),
+    ):
+        with pytest.raises(tf.RuntimeStateError, match="^" + op.replace(".", r"\.") + ": " + why):
+            call()
+    assert asked == [] and state.faults == []
+    ev.handle = end.handle = 0  # nothing for the finalisers to destroy
