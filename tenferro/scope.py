@@ -59,6 +59,7 @@ def keep_open(s: Any, key: Hashable, *, innermost: bool = True) -> None:
     """Keep ``s``, entered on this thread, under ``key`` until it closes or its thread ends.
 
     The main thread's kept sessions close at the interpreter's exit.
+
     ``innermost=False``: not this thread's default session (`tenferro.from_dlpack` keeps
     using the user's own), as for the sessions tenferro.torch makes behind operators.
     """
