@@ -39,6 +39,7 @@ from .module import Function, Module
 from .session import Session, from_dlpack
 from .spans import DeviceBytes, TensorMut, TensorRef
 from .tensor import Tensor
+from .tensor_maps import TensorMap, tensor_map
 
 __all__ = [
     "BackendError",
@@ -55,6 +56,7 @@ __all__ = [
     "Session",
     "Tensor",
     "TenferroError",
+    "TensorMap",
     "TensorMut",
     "TensorRef",
     "ValidationError",
@@ -73,6 +75,7 @@ __all__ = [
     "i64",
     "is_available",
     "local_device",
+    "tensor_map",
     "u8",
     "u16",
     "u32",

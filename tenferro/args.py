@@ -32,6 +32,7 @@ from .signature import (
     value_types,
 )
 from .spans import DeviceBytes, Span, TensorMut, TensorRef, overlaps
+from .tensor_maps import TENSOR_MAP_C_TYPES, TensorMap
 
 # What a function built from source at run time says of itself: where its source is written.
 _GENERATED = "Generated for one signature by tenferro.{} (its source is built there)."
@@ -658,8 +659,8 @@ class ParamBlock(ParamBlockBase):
                     f"        mv[{off}:{off + size}] = a.data",
                     f"    elif (v := N{i}.get(a.__class__)) is not None:",
                     "        v[0] = a",
-                    "    else:",
-                    f"        slot({i}, a, state, op)",
+                    f"    elif (a := slot({i}, a, state, op)) is not None:",
+                    "        spans.append(a)  # a tensor map's span",
                 ]
         # Two or three spans: each pair tested inline (`overlaps`); check_overlaps names them.
         pair = (
@@ -731,9 +732,32 @@ class ParamBlock(ParamBlockBase):
             f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel takes {what}{hint}"
         )
 
+    def _pack_tensor_map(self, i: int, a: TensorMap, state: Any, op: str) -> Span:
+        """Write a tensor map where the kernel takes a ``CUtensorMap``; its span is held."""
+        p = self.params[i]
+        name = None if p.c_type is None else p.c_type.unqualified().name
+        if (
+            p.kind != BYTES
+            or p.size != 128
+            or (name is not None and name not in TENSOR_MAP_C_TYPES)
+        ):
+            got = f"a TensorMap ({len(a.data)} bytes)"
+            if p.c_type is not None:
+                raise self.mismatch(op, i, a, got=got)
+            raise ValidationError(f"{op}: args[{i}] expects {p.describe()}, got {got}")
+        if a.span.state is not state:
+            raise ValidationError(
+                f"{op}: args[{i}] is a TensorMap over a span of another session; make the "
+                "span and its map in this session"
+            )
+        self._mv[self.slices[i]] = a.data
+        return a.span
+
     def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         cls = a.__class__
+        if cls is TensorMap:
+            return self._pack_tensor_map(i, a, state, op)
         if isinstance(a, _BY_VALUE_STRUCTS) or (cls is np.void and a.dtype.names):
             a, cls = struct_of(a), KernelArg  # its size and alignment are checked as one
         if cls is KernelArg:
@@ -814,7 +838,9 @@ def _span_positions(args: list[Any] | tuple[Any, ...]) -> list[int]:
     return [
         i
         for i, a in enumerate(args)
-        if type(a) in _SPAN_TYPES or (type(a) is KernelArg and a.kind == _POINTER)
+        if type(a) in _SPAN_TYPES
+        or type(a) is TensorMap
+        or (type(a) is KernelArg and a.kind == _POINTER)
     ]
 
 

@@ -60,6 +60,7 @@ from .modules import (
     module_load_data,
     module_unload,
     occupancy_blocks,
+    tensor_map_encode,
 )
 from .nvrtc import cuda_include_dirs, nvrtc_compile, nvrtc_version
 from .results import raise_launch_error
@@ -142,5 +143,6 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "stream_is_non_blocking",
     "stream_synchronize",
     "stream_wait_event",
+    "tensor_map_encode",
     "wait_for_stream",
 ]

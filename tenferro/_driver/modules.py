@@ -7,6 +7,7 @@ each as ints: the module and function handles, the addresses, the counts.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from .fast_launch import launch_config
@@ -25,6 +26,7 @@ __all__ = [
     "module_load_data",
     "module_unload",
     "occupancy_blocks",
+    "tensor_map_encode",
 ]
 
 
@@ -129,3 +131,40 @@ def func_param_layout(func: int) -> list[tuple[int, int]]:
 def _param_info(f: Any, i: int) -> tuple[int, int]:
     off, size = check("cuFuncGetParamInfo", cu.cuFuncGetParamInfo(f, i))
     return int(off), int(size)
+
+
+def tensor_map_encode(
+    data_type: str,
+    address: int,
+    dims: tuple[int, ...],
+    strides: tuple[int, ...],
+    box: tuple[int, ...],
+    element_strides: tuple[int, ...],
+    swizzle: str,
+    l2_promotion: str,
+    oob_fill: str,
+    op: str,
+) -> bytes:
+    """The 128 bytes of a tiled CUtensorMap (cuTensorMapEncodeTiled), dimensions innermost first.
+
+    ``data_type``, ``swizzle``, ``l2_promotion`` and ``oob_fill`` are the suffixes of the
+    driver's enums (``"FLOAT32"``, ``"128B"``, ``"L2_128B"``, ``"NONE"``); ``strides`` are
+    the byte strides of every dimension but the innermost.
+    """
+    encoded = check(
+        op,
+        cu.cuTensorMapEncodeTiled(
+            getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{data_type}"),
+            len(dims),
+            address,
+            list(dims),
+            list(strides),
+            list(box),
+            list(element_strides),
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swizzle}"),
+            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2_promotion}"),
+            getattr(cu.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{oob_fill}"),
+        ),
+    )
+    return struct.pack("<16Q", *encoded.opaque)
