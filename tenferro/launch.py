@@ -18,6 +18,7 @@ from .module import Function
 from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
+from .tensor_maps import TensorMap
 
 if TYPE_CHECKING:  # args is imported where it is used (BoundLaunch.update)
     from .args import ParamBlockBase
@@ -258,9 +259,11 @@ class BoundLaunch:
 
 
 def _span_of(a: Any) -> Any:
-    """The span an argument passes, or None for a value."""
+    """The span an argument passes (a tensor map's too), or None for a value."""
     from .args import KernelArg
 
     if type(a) is KernelArg:
+        return a.span
+    if type(a) is TensorMap:
         return a.span
     return a if isinstance(a, Span) else None

@@ -243,3 +243,11 @@ def test_a_tile_moved_by_the_accelerator_is_the_tile_numpy_slices(session, rng):
         part = a[row0 : row0 + 16, col0 : col0 + 32]
         want[: part.shape[0], : part.shape[1]] = part
         np.testing.assert_array_equal(session.download(out), want)
+
+
+def test_a_bound_launchs_update_with_a_map_holds_its_span(encoded):
+    from tenferro.launch import _span_of
+
+    state = _State()
+    tm = tf.tensor_map(_span((64, 96), state=state), (16, 32))
+    assert _span_of(tm) is tm.span  # what BoundLaunch.update keeps and checks for overlaps
