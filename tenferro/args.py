@@ -44,6 +44,7 @@ __all__ = [
     "CTYPES_SIMPLE",
     "check_overlaps",
     "from_ctypes",
+    "span_of",
     "struct_of",
     "u8",
     "u16",
@@ -833,15 +834,19 @@ class ParamBlock(ParamBlockBase):
         return None
 
 
+def span_of(a: Any) -> Span | None:
+    """The span an argument passes (a pointer's, a tensor map's), or None for a value."""
+    cls = type(a)
+    if cls in _SPAN_TYPES:
+        return a
+    if cls is KernelArg or cls is TensorMap:
+        return a.span
+    return None
+
+
 def _span_positions(args: list[Any] | tuple[Any, ...]) -> list[int]:
     """The argument index of each span, in the order `ParamBlock.pack` collected them."""
-    return [
-        i
-        for i, a in enumerate(args)
-        if type(a) in _SPAN_TYPES
-        or type(a) is TensorMap
-        or (type(a) is KernelArg and a.kind == _POINTER)
-    ]
+    return [i for i, a in enumerate(args) if span_of(a) is not None]
 
 
 def check_overlaps(spans: list[Span], args: list[Any] | tuple[Any, ...], op: str) -> None:

@@ -18,7 +18,6 @@ from .module import Function
 from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
-from .tensor_maps import TensorMap
 
 if TYPE_CHECKING:  # args is imported where it is used (BoundLaunch.update)
     from .args import ParamBlockBase
@@ -230,7 +229,7 @@ class BoundLaunch:
             RuntimeStateError: The session is closed or used from another thread.
             KernelFault: A kernel fault has stopped the session.
         """
-        from .args import check_overlaps
+        from .args import check_overlaps, span_of
 
         op = "bound_launch.update"
         st = self.state
@@ -245,7 +244,7 @@ class BoundLaunch:
             span = param_block.pack_slot(index, arg, st, op)
             args = list(self.args)
             args[index] = arg
-            spans = [sp for sp in map(_span_of, args) if sp is not None]
+            spans = [sp for sp in map(span_of, args) if sp is not None]
             if span is not None and len(spans) > 1:
                 check_overlaps(spans, args, op)
         except BaseException:
@@ -256,14 +255,3 @@ class BoundLaunch:
 
     def __repr__(self) -> str:
         return f"BoundLaunch({display_name(self.fn.name)}, {self.config})"
-
-
-def _span_of(a: Any) -> Any:
-    """The span an argument passes (a tensor map's too), or None for a value."""
-    from .args import KernelArg
-
-    if type(a) is KernelArg:
-        return a.span
-    if type(a) is TensorMap:
-        return a.span
-    return a if isinstance(a, Span) else None

@@ -246,8 +246,8 @@ def test_a_tile_moved_by_the_accelerator_is_the_tile_numpy_slices(session, rng):
 
 
 def test_a_bound_launchs_update_with_a_map_holds_its_span(encoded):
-    from tenferro.launch import _span_of
+    from tenferro.args import span_of
 
     state = _State()
     tm = tf.tensor_map(_span((64, 96), state=state), (16, 32))
-    assert _span_of(tm) is tm.span  # what BoundLaunch.update keeps and checks for overlaps
+    assert span_of(tm) is tm.span  # what BoundLaunch.update keeps and checks for overlaps
