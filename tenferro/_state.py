@@ -194,11 +194,7 @@ class SessionState:
 
     def check_use(self, op: str, *, faulted_ok: bool = False) -> None:
         """Refuse use (naming ``op``) when closed, from another thread, or after a fault."""
-        if self.forked:
-            raise RuntimeStateError(
-                f"{op}: the session was opened before this process was forked from its "
-                f"parent: {_driver.FORKED_WHY}"
-            )
+        self.check_not_forked(op)
         if not self.is_open:
             raise RuntimeStateError(f"{op}: the session is closed (used outside its with block)")
         if _get_ident() != self.thread:
@@ -210,6 +206,14 @@ class SessionState:
             raise KernelFault(
                 f"{op}: an earlier kernel fault made this session unusable",
                 launches=tuple(self.recent_launches),
+            )
+
+    def check_not_forked(self, op: str, whose: str = "the session") -> None:
+        """Refuse use (naming ``op``) of ``whose`` in a child forked after the session opened."""
+        if self.forked:
+            raise RuntimeStateError(
+                f"{op}: {whose} was opened before this process was forked from its parent: "
+                f"{_driver.FORKED_WHY}"
             )
 
     def refuse_in_capture(self, op: str, why: str) -> None:

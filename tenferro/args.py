@@ -742,10 +742,7 @@ class ParamBlock(ParamBlockBase):
             or p.size != 128
             or (name is not None and name not in TENSOR_MAP_C_TYPES)
         ):
-            got = f"a TensorMap ({len(a.data)} bytes)"
-            if p.c_type is not None:
-                raise self.mismatch(op, i, a, got=got)
-            raise ValidationError(f"{op}: args[{i}] expects {p.describe()}, got {got}")
+            raise self.mismatch(op, i, a, got=f"a TensorMap ({len(a.data)} bytes)")
         if a.span.state is not state:
             raise ValidationError(
                 f"{op}: args[{i}] is a TensorMap over a span of another session; make the "

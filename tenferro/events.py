@@ -43,11 +43,7 @@ class Event:
 
     def check_open(self, op: str) -> None:
         """Refuse use (naming ``op``) once the event's session has closed, or after a fork."""
-        if self.state.forked:  # the parent's event, in a driver this process cannot use
-            raise RuntimeStateError(
-                f"{op}: the event's session was opened before this process was forked from "
-                f"its parent: {_driver.FORKED_WHY}"
-            )
+        self.state.check_not_forked(op, "the event's session")
         if not self.state.is_open:
             raise RuntimeStateError(f"{op}: the event's session is closed")
 

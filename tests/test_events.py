@@ -5,6 +5,7 @@ import pytest
 from _sources import AXPY
 
 import tenferro as tf
+from tenferro._state import SessionState
 
 
 @pytest.mark.gpu
@@ -47,7 +48,10 @@ def test_events_time_work_and_order_streams(session, rng):
 
 
 class _EventState:
-    """An event's session state: open and not forked, unless told."""
+    """An event's session state: open and not forked, unless told; its fork check is the
+    session state's own."""
+
+    check_not_forked = SessionState.check_not_forked
 
     def __init__(self, is_open=True, forked=False):
         self.is_open, self.forked, self.faults = is_open, forked, []
