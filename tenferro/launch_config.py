@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from . import _driver
 from .errors import KernelFault, ValidationError
 from .signature import display_name
 
@@ -229,7 +230,7 @@ class LaunchConfig:
             ("pdl", pdl),
             ("priority", priority),
             ("launch_attributes", attributes),
-            ("extended", attributes != (None, False, False, None)),
+            ("extended", attributes != _driver.PLAIN_ATTRIBUTES),
             ("_hash", hash((dims, attributes))),
         ):
             object.__setattr__(self, name, value)

@@ -27,6 +27,7 @@ from .devices import (
     forked_child,
 )
 from .fast_launch import (
+    PLAIN_ATTRIBUTES,
     ExtendedLaunchRecord,
     LaunchRecord,
     build_fast_calls,
@@ -88,6 +89,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "LaunchRecord",
     "MEMORY_DEVICE",
     "MEMORY_HOST",
+    "PLAIN_ATTRIBUTES",
     "PrimaryContext",
     "build_fast_calls",
     "capture_begin",

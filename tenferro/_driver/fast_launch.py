@@ -17,6 +17,7 @@ from typing import Any
 from .results import cu, fail
 
 __all__ = [
+    "PLAIN_ATTRIBUTES",
     "ExtendedLaunchRecord",
     "LaunchRecord",
     "build_fast_calls",
@@ -155,12 +156,13 @@ def launch_record(
     ``attributes`` is (cluster, cooperative, pdl, priority); ``launcher(extended=True)`` reads
     an extended record, as `LaunchConfig.extended` says.
     """
-    if attributes != _PLAIN:
+    if attributes != PLAIN_ATTRIBUTES:
         return ExtendedLaunchRecord(func, dims, stream, params, attributes)
     return LaunchRecord(func, dims, stream, params)
 
 
-_PLAIN = (None, False, False, None)  # no cluster, not cooperative, no PDL, no priority
+# No cluster, not cooperative, no PDL, no priority: a plain cuLaunchKernel.
+PLAIN_ATTRIBUTES: tuple[None, bool, bool, None] = (None, False, False, None)
 
 
 def _extended_launcher(record: int) -> int:
