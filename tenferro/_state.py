@@ -60,6 +60,7 @@ class SessionState:
     __slots__ = (
         "__weakref__",
         "active_timeline",
+        "capture_kernels",
         "context",
         "device",
         "export_event",
@@ -101,6 +102,7 @@ class SessionState:
     launch_count: int
     launcher: Callable[[int], int]
     active_timeline: Any
+    capture_kernels: list[tuple[Any, ...]] | None
     launch_ranges: profiling.LaunchRanges | None
     import_event: int
     export_event: int
@@ -128,6 +130,7 @@ class SessionState:
         self.launch_count = 0
         self.launcher = _driver.launcher()
         self.active_timeline = None  # inside s.timeline() only
+        self.capture_kernels = None  # inside s.capture() only: the kernels it captured
         self.launch_ranges = None  # TENFERRO_NVTX_LAUNCHES=1: a range around each launch
         self.import_event = self.export_event = 0
         self.modules = []
@@ -303,6 +306,19 @@ class SessionState:
         if not live.capturing:
             self.launch_count += 1
         live.hold(holds)
+
+    def note_captured_kernel(
+        self, op: str, fn: Any, config: Any, param_block: Any, args: Any, spans: list[Any]
+    ) -> None:
+        """Inside ``s.capture()``, remember the kernel just enqueued as its graph's node.
+
+        What a `GraphKernel` is made from: the node, the function and config, the packed
+        bytes as launched (the block is repacked by later launches) and the arguments.
+        """
+        kernels = self.capture_kernels
+        if kernels is not None:
+            node = _driver.capture_last_node(self.stream, op)
+            kernels.append((node, fn, config, param_block.snapshot(), tuple(args), spans))
 
     def enqueue_fast(
         self, op: str, name: str, launch: Callable[[int], int], record_address: int

@@ -533,6 +533,31 @@ class ParamBlockBase:
         """`pack`, for a caller that found ``args`` are not the very objects packed last."""
         return self.pack(args, state, op)
 
+    def replace(
+        self, args: list[Any], index: Any, arg: Any, state: Any, op: str
+    ) -> tuple[list[Any], list[Span]]:
+        """Check and write ``arg`` in place of ``args[index]`` alone; the new args and spans.
+
+        ``args`` are the arguments the block holds packed. Only the new argument is checked,
+        and its span for overlaps against the others. A refusal (`ValidationError`: ``index``
+        out of range, ``arg`` refused for that parameter, an overlap) leaves the bytes as they
+        were.
+        """
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(args):
+            raise ValidationError(f"{op}: {index=} is out of range for {len(args)} argument(s)")
+        saved = self.snapshot()
+        try:
+            span = self.pack_slot(index, arg, state, op)
+            new_args = list(args)
+            new_args[index] = arg
+            spans = [sp for sp in map(span_of, new_args) if sp is not None]
+            if span is not None and len(spans) > 1:
+                check_overlaps(spans, new_args, op)
+        except BaseException:
+            self.restore(saved)
+            raise
+        return new_args, spans
+
     def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         raise NotImplementedError

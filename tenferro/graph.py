@@ -9,6 +9,11 @@ in place instead of making a new one, which costs far less than a new instantiat
 captured work touched (tensors, foreign arrays, modules, numba kernels) for as long as it
 exists, and refuses to launch after its session closed.
 
+``graph.kernels`` are the kernels the capture launched through the session (``s.launch``,
+ready and numba kernels, bound launches), in order, as `GraphKernel` s: ``update(i, arg)``
+and ``set_args(args)`` give one of them new arguments for the replays to come, checked as a
+launch checks them, without a capture; the graph holds the new spans' owners.
+
 During a capture the session refuses what cannot be captured safely: allocations (their memory
 would belong to the graph), host copies and synchronization, importing foreign arrays that need
 an event on another stream, events, and nested captures. Tensors and Graphs dropped during a
@@ -19,15 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _driver
 from ._liveness import capture_on_this_thread
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 from .interop.streams import LEGACY, check_context, order_after, stream_value
+from .signature import display_name
 
-__all__ = ["Capture", "Graph", "capture", "captured_elsewhere"]
+__all__ = ["Capture", "Graph", "GraphKernel", "capture", "captured_elsewhere"]
 
 _INVALIDATED = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
 _INVALIDATED_WHY = (
@@ -42,26 +49,51 @@ _INVALIDATED_WHY = (
 class Graph:
     """An instantiated CUDA graph of a session; replay with `launch`."""
 
-    __slots__ = ("__weakref__", "_exec", "_graph", "node_count", "owners", "state")
+    __slots__ = ("__weakref__", "_exec", "_graph", "kernels", "node_count", "owners", "state")
     state: Any
     _graph: int
     _exec: _driver.ExecutableGraph | None
     node_count: int
     owners: list[Any]
+    kernels: tuple[GraphKernel, ...]
 
     @property
     def session(self) -> Any:
         """The `tenferro.Session` this graph belongs to."""
         return self.state.session
 
-    def __init__(self, state: Any, graph: int, node_count: int, owners: list[Any]) -> None:
+    def __init__(
+        self,
+        state: Any,
+        graph: int,
+        node_count: int,
+        owners: list[Any],
+        kernels: list[tuple[Any, ...]] | tuple[()] = (),
+    ) -> None:
         self.state = state
         self._graph = 0
         self._exec = None
         self.node_count = node_count
         self.owners = owners
+        self.kernels = ()
         self._exec = _driver.ExecutableGraph(graph, state.stream, "session.capture")
         self._graph = graph  # owned from here on; before, the capture destroys it on failure
+        self.kernels = self._kernels_of(kernels)
+
+    def _kernels_of(self, captured: list[tuple[Any, ...]] | tuple[()]) -> tuple[GraphKernel, ...]:
+        """The `GraphKernel` s of what `SessionState.note_captured_kernel` recorded."""
+        me = weakref.ref(self)
+        return tuple(GraphKernel(self.state, me, *record) for record in captured if record[0])
+
+    def set_kernel_params(self, node: int, param_pointers: int, op: str) -> None:
+        """Give kernel ``node`` the arguments ``param_pointers`` points to (`GraphKernel`)."""
+        if self._exec is None:
+            raise RuntimeStateError(
+                f"{op}: the graph cannot replay: making its executable graph again after a "
+                "refused update failed; capture anew, or capture the same work again with "
+                "update=graph"
+            )
+        self._exec.set_kernel_params(node, param_pointers, op)
 
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on the session's stream, or on another stream of its device.
@@ -112,8 +144,18 @@ class Graph:
         except KernelFault as exc:
             raise st.record_fault(exc) from None
 
-    def take_update(self, graph: int, node_count: int, owners: list[Any], op: str) -> None:
+    def take_update(
+        self,
+        graph: int,
+        node_count: int,
+        owners: list[Any],
+        op: str,
+        kernels: list[tuple[Any, ...]] | tuple[()] = (),
+    ) -> None:
         """Take the node parameters of ``graph`` (a new capture of the same work) and its owners.
+
+        ``kernels`` (the new capture's) replace `kernels`; the old `GraphKernel` s refuse
+        updates from then on.
 
         Refused (`ValidationError`) when the work is not the same: another node count (seen
         before the driver is asked), or other kernels or order (the driver's reason). Then
@@ -146,8 +188,13 @@ class Graph:
                 f"it cannot update it ({why}); capture without update= for a new graph"
             )
         self.state.liveness.hold(self.owners)  # replays in flight may still use them
+        if self.kernels:  # and the spans given to its kernels since
+            self.state.liveness.hold(self.kernels)
+            for kernel in self.kernels:
+                kernel.retire()
         old, self._graph = self._graph, graph
         self.node_count, self.owners = node_count, owners
+        self.kernels = self._kernels_of(kernels)
         _driver.graph_destroy(old)
 
     def __del__(self) -> None:
@@ -170,6 +217,166 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.node_count} node(s), {len(self.owners)} owner group(s))"
+
+
+class GraphKernel:
+    """A kernel launch captured in a `Graph`, whose arguments can change between replays.
+
+    ``graph.kernels`` lists them in the order they were launched. `update` and `set_args`
+    check new arguments as ``s.launch`` checks them (the kernel's parameter list, spans of
+    this session, exclusive writable spans) and give them to the graph's node for the
+    replays to come, without a new capture; replays already enqueued keep the old ones. The
+    graph holds the new spans; the spans replaced are held until the stream has passed the
+    replays enqueued so far. The function, grid and block stay those captured.
+    """
+
+    __slots__ = (
+        "_graph",
+        "_node",
+        "_param_block",
+        "_snapshot",
+        "args",
+        "config",
+        "fn",
+        "spans",
+        "state",
+    )
+    state: Any
+    fn: Any
+    config: Any
+    args: list[Any]
+    spans: list[Any]
+    _graph: Callable[[], Graph | None] | None
+    _node: int
+    _param_block: Any
+    _snapshot: bytes
+
+    def __init__(
+        self,
+        state: Any,
+        graph: Callable[[], Graph | None],
+        node: int,
+        fn: Any,
+        config: Any,
+        packed: bytes,
+        args: tuple[Any, ...],
+        spans: list[Any],
+    ) -> None:
+        self.state = state
+        self._graph = graph
+        self._node = node
+        self.fn = fn
+        self.config = config
+        self._param_block = None  # made at the first change, from the bytes captured
+        self._snapshot = packed
+        self.args = list(args)
+        self.spans = list(spans)
+
+    @property
+    def session(self) -> Any:
+        """The `tenferro.Session` this kernel's graph belongs to."""
+        return self.state.session
+
+    @property
+    def name(self) -> str:
+        """The kernel's name, as launch errors and timelines show it."""
+        return display_name(self.fn.name)
+
+    def update(self, index: int, arg: Any) -> None:
+        """Replace argument ``index`` for the replays to come; only that slot is checked.
+
+        A refused update changes nothing: the node's arguments, ``args`` and ``spans`` stay
+        as they were.
+
+        Args:
+            index: The argument's position, from 0 to ``len(args) - 1``.
+            arg: The new argument, checked against that parameter as `Session.launch` checks
+                it (and, a span, for overlaps with the other spans).
+
+        Raises:
+            ValidationError: ``index`` is out of range, or ``arg`` is refused for that
+                parameter or overlaps another span where one of them is writable.
+            RuntimeStateError: The session is closed, used from another thread or capturing,
+                the graph is gone, or it was updated by a new capture since (its kernels are
+                new ones).
+            BackendError: The driver refused the new arguments.
+            KernelFault: A kernel fault has stopped the session.
+        """
+        op = "graph_kernel.update"
+        graph, block = self._check(op)
+        saved = block.snapshot()
+        args, spans = block.replace(self.args, index, arg, self.state, op)
+        self._give(graph, block, saved, args, spans, op)
+
+    def set_args(self, args: list[Any] | tuple[Any, ...]) -> None:
+        """Replace every argument for the replays to come, all checked as a launch's are.
+
+        For changes one `update` at a time would refuse on the way, such as two spans that
+        swap places. A refusal changes nothing.
+
+        Args:
+            args: The kernel's arguments, as `Session.launch` takes them.
+
+        Raises:
+            ValidationError: ``args`` is not a list or tuple, or is refused as a launch's
+                would be (count, types, sessions, overlaps).
+            RuntimeStateError: As for `update`.
+            BackendError: The driver refused the new arguments.
+            KernelFault: A kernel fault has stopped the session.
+        """
+        op = "graph_kernel.set_args"
+        graph, block = self._check(op)
+        if not isinstance(args, (list, tuple)):
+            raise ValidationError(
+                f"{op}: args must be a list or tuple of kernel arguments, got {type(args).__name__}"
+            )
+        saved = block.snapshot()
+        try:
+            spans = block.pack(args, self.state, op)
+        except BaseException:
+            block.restore(saved)
+            raise
+        self._give(graph, block, saved, list(args), list(spans), op)
+
+    def retire(self) -> None:
+        """Refuse changes from now on: a new capture replaced the graph's kernels."""
+        self._graph = None
+
+    def _check(self, op: str) -> tuple[Graph, Any]:
+        """The graph and the packed block to change, once the change may go ahead."""
+        st = self.state
+        st.check_use(op)
+        if st.liveness.capturing:
+            raise RuntimeStateError(f"{op}: not during a capture")
+        graph = self._graph() if self._graph is not None else None
+        if graph is None:
+            why = "is gone" if self._graph is not None else "was updated by a new capture since"
+            raise RuntimeStateError(
+                f"{op}: the graph of {self.name!r} {why}; take its kernels from graph.kernels"
+            )
+        block = self._param_block
+        if block is None:
+            block = self._param_block = self.fn.param_block.fresh()
+            block.restore(self._snapshot)
+        return graph, block
+
+    def _give(
+        self, graph: Graph, block: Any, saved: bytes, args: list[Any], spans: list[Any], op: str
+    ) -> None:
+        """Hand the packed block to the node; on a refusal, put the bytes back."""
+        try:
+            graph.set_kernel_params(self._node, block.address, op)
+        except KernelFault as exc:
+            block.restore(saved)
+            raise self.state.record_fault(exc) from None
+        except BaseException:
+            block.restore(saved)
+            raise
+        self.state.liveness.hold(self.spans)  # replays already enqueued may still read them
+        self.args, self.spans = args, spans
+
+    def __repr__(self) -> str:
+        return f"GraphKernel({self.name}, {self.config})"
 
 
 def _replay_on(exec_graph: _driver.ExecutableGraph, stream: int, st: Any, op: str) -> None:
@@ -227,6 +434,7 @@ class Capture:
                 raise st.record_fault(exc) from None
         _driver.capture_begin(st.stream, op)
         self._saved_holds = st.liveness.begin_capture()
+        st.capture_kernels = []
         st.refresh_fast_path()  # every captured launch goes where its owners are collected
         return self
 
@@ -235,6 +443,7 @@ class Capture:
         live = st.liveness
         owners = live.end_capture(self._saved_holds)  # the stream records again, even on error
         self._saved_holds = None
+        kernels, st.capture_kernels = st.capture_kernels or [], None
         st.refresh_fast_path()
         try:
             graph = _driver.capture_end(st.stream, "session.capture")
@@ -263,10 +472,10 @@ class Capture:
                 return
             if self.update is not None:
                 handle, graph = graph, 0  # take_update owns it from here, refused or not
-                self.update.take_update(handle, count, owners, "session.capture")
+                self.update.take_update(handle, count, owners, "session.capture", kernels)
                 self.graph = self.update
                 return
-            self.graph = Graph(st, graph, count, owners)
+            self.graph = Graph(st, graph, count, owners, kernels)
         except BaseException:
             if self.graph is None and graph:
                 _driver.graph_destroy(graph)

@@ -19,7 +19,7 @@ from .numba_kernels import NumbaKernel
 from .signature import display_name
 from .spans import Span
 
-if TYPE_CHECKING:  # args is imported where it is used (BoundLaunch.update)
+if TYPE_CHECKING:
     from .args import ParamBlockBase
 
 __all__ = ["BoundLaunch", "bind", "launch", "checked_function", "launch_checked"]
@@ -112,6 +112,7 @@ def launch_checked(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, .
     launcher = _driver.launcher(True) if config.extended else st.launcher
     # spans held always: during a capture the graph takes its owners from the holds
     st.enqueue(op, fn.name, config, launcher, fn.record_address, spans)
+    st.note_captured_kernel(op, fn, config, param_block, args, spans)
 
 
 def bind(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, ...]) -> BoundLaunch:
@@ -201,6 +202,9 @@ class BoundLaunch:
                 st.check_use(op)
                 # held at every call: during a capture the graph takes its owners from them
                 st.enqueue(op, self._name, self.config, self._launch, self._record_address, self)
+                st.note_captured_kernel(
+                    op, self.fn, self.config, self._param_block, self.args, self.spans
+                )
                 return
             st.enqueue_fast(op, self._name, self._launch, self._record_address)
             live = st.liveness
@@ -229,27 +233,10 @@ class BoundLaunch:
             RuntimeStateError: The session is closed or used from another thread.
             KernelFault: A kernel fault has stopped the session.
         """
-        from .args import check_overlaps, span_of
-
         op = "bound_launch.update"
         st = self.state
         st.check_use(op)
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.args):
-            raise ValidationError(
-                f"{op}: {index=} is out of range for {len(self.args)} argument(s)"
-            )
-        param_block = self._param_block
-        saved = param_block.snapshot()
-        try:
-            span = param_block.pack_slot(index, arg, st, op)
-            args = list(self.args)
-            args[index] = arg
-            spans = [sp for sp in map(span_of, args) if sp is not None]
-            if span is not None and len(spans) > 1:
-                check_overlaps(spans, args, op)
-        except BaseException:
-            param_block.restore(saved)
-            raise
+        args, spans = self._param_block.replace(self.args, index, arg, st, op)
         st.liveness.hold(self.spans)  # a launch already enqueued may still read the old ones
         self.args, self.spans = args, spans
 

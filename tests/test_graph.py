@@ -2,6 +2,7 @@
 
 import gc
 import re
+import types
 import typing
 import weakref
 
@@ -187,14 +188,21 @@ class _Exec:
         if _Exec.fail:
             raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_OUT_OF_MEMORY")
         self.graph, self.stream, self.op, self.destroyed, self.updates = graph, stream, op, 0, []
+        self.params = []
         _Exec.made.append(self)
 
     def update(self, graph, op):
         self.updates.append((graph, op))
         return self.refuse
 
+    def set_kernel_params(self, node, param_pointers, op):
+        if self.refuse_params:
+            raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_INVALID_VALUE")
+        self.params.append((node, param_pointers, op))
+
     refuse = None
     fail = False
+    refuse_params = False
 
     def destroy(self):
         self.destroyed += 1
@@ -229,6 +237,7 @@ def stand_in_graph(monkeypatch):
 
     destroyed = []
     _Exec.made, _Exec.refuse, _Exec.fail, _Exec.destroy_raises = [], None, False, False
+    _Exec.refuse_params = False
     monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _Exec)
     monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
     g = graph_part.Graph(_CapturingSession(), 0x10, 2, ["old owners"])
@@ -539,6 +548,7 @@ def replaying(monkeypatch):
     calls = []
     _ReplayingExec.calls = calls
     _Exec.made, _Exec.refuse, _Exec.fail, _Exec.destroy_raises = [], None, False, False
+    _Exec.refuse_params = False
     monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _ReplayingExec)
     monkeypatch.setattr(graph_part._driver, "graph_destroy", lambda g: None)
     monkeypatch.setattr(
@@ -632,3 +642,317 @@ def test_a_graph_replayed_on_another_sessions_stream_is_ordered_with_its_own(ses
         np.testing.assert_array_equal(session.download(y), 3.0 * x0)
         with pytest.raises(tf.ValidationError, match=r"^graph\.launch: stream=Session\("):
             cap.graph.launch(stream=other)  # a Session is not a stream; its .stream is
+
+
+# --- new arguments for a graph's kernels: GraphKernel through a stand-in driver ------------------
+
+
+class _Block:
+    """A stand-in packed block: one byte an argument, each argument an int below 256."""
+
+    address = 0xB10C
+
+    def __init__(self):
+        self.bytes = b""
+
+    def snapshot(self):
+        return self.bytes
+
+    def restore(self, saved):
+        self.bytes = saved
+
+    def replace(self, args, index, arg, state, op):
+        if not 0 <= index < len(args) or not 0 <= arg < 256:
+            raise tf.ValidationError(f"{op}: args[{index}] refused")
+        self.bytes = self.bytes[:index] + bytes([arg]) + self.bytes[index + 1 :]
+        return [*args[:index], arg, *args[index + 1 :]], []
+
+    def pack(self, args, state, op):
+        self.bytes = bytes(args)
+        return []
+
+
+class _Fn:
+    name = "scale"
+
+    def __init__(self):
+        self.blocks = []
+        self.param_block = self
+
+    def fresh(self):
+        self.blocks.append(_Block())
+        return self.blocks[-1]
+
+
+def _graph_with_kernel(stand_in_graph):
+    from tenferro import graph as graph_part
+
+    state = stand_in_graph[0].state
+    fn = _Fn()
+    g = graph_part.Graph(state, 0x30, 2, ["owners"], [(0x77, fn, "cfg", b"\x01\x02", (1, 2), [])])
+    return g, fn
+
+
+def test_a_graph_kernel_starts_from_the_bytes_captured_and_hands_its_block_to_the_node(
+    stand_in_graph,
+):
+    g, fn = _graph_with_kernel(stand_in_graph)
+    (kernel,) = g.kernels
+    assert (kernel.fn, kernel.config, kernel.args, kernel.name) == (fn, "cfg", [1, 2], "scale")
+    assert fn.blocks == []  # made at the first change
+    kernel.update(1, 9)
+    (block,) = fn.blocks
+    assert block.bytes == b"\x01\x09" and kernel.args == [1, 9]
+    assert g._exec.params == [(0x77, 0xB10C, "graph_kernel.update")]
+    kernel.set_args([3, 4])
+    assert block.bytes == b"\x03\x04" and kernel.args == [3, 4]
+    assert g._exec.params[-1] == (0x77, 0xB10C, "graph_kernel.set_args")
+
+
+def test_a_change_the_driver_refuses_leaves_the_kernel_as_it_was(stand_in_graph):
+    g, fn = _graph_with_kernel(stand_in_graph)
+    (kernel,) = g.kernels
+    kernel.update(0, 5)
+    _Exec.refuse_params = True
+    for change in (lambda: kernel.update(1, 7), lambda: kernel.set_args([8, 8])):
+        with pytest.raises(tf.BackendError, match=r"^graph_kernel\.(update|set_args): the driver"):
+            change()
+        assert fn.blocks[0].bytes == b"\x05\x02" and kernel.args == [5, 2]
+    _Exec.refuse_params = False
+    with pytest.raises(tf.ValidationError, match=r"^graph_kernel\.update: args\[1\] refused"):
+        kernel.update(1, 256)  # refused by the block: the driver is not asked
+    assert len(g._exec.params) == 1 and kernel.args == [5, 2]
+
+
+def test_a_graph_kernel_refuses_changes_during_a_capture_and_when_its_graph_cannot_replay(
+    stand_in_graph,
+):
+    g, _ = _graph_with_kernel(stand_in_graph)
+    (kernel,) = g.kernels
+    live = g.state.liveness
+    saved = live.begin_capture()
+    with pytest.raises(tf.RuntimeStateError, match=r"^graph_kernel\.update: not during a capture"):
+        kernel.update(0, 1)
+    live.end_capture(saved)
+    g._exec = None  # what a refused update whose new executable also failed leaves
+    with pytest.raises(tf.RuntimeStateError, match=r"^graph_kernel\.set_args: the graph cannot"):
+        kernel.set_args([1, 1])
+    assert kernel.args == [1, 2]
+
+
+def test_an_update_capture_retires_the_old_kernels_and_holds_them(stand_in_graph):
+    g, fn = _graph_with_kernel(stand_in_graph)
+    (old,) = g.kernels
+    g.take_update(0x40, 2, ["new"], "session.capture", [(0x88, fn, "cfg", b"\x07", (7,), [])])
+    (new,) = g.kernels
+    assert new is not old and new.args == [7]
+    assert g.state.liveness.held[-1] == (old,)  # replays in flight may read what it was given
+    with pytest.raises(tf.RuntimeStateError, match=r"'scale' was updated by a new capture since"):
+        old.update(0, 1)
+    new.update(0, 3)
+    assert g._exec.params == [(0x88, 0xB10C, "graph_kernel.update")]
+
+
+def test_a_kernel_of_a_graph_that_is_gone_refuses_changes(stand_in_graph):
+    g, _ = _graph_with_kernel(stand_in_graph)
+    (kernel,) = g.kernels
+    del g
+    gc.collect()
+    with pytest.raises(
+        tf.RuntimeStateError, match=r"^graph_kernel\.update: the graph of 'scale' is gone"
+    ):
+        kernel.update(0, 1)
+
+
+def test_a_capture_records_the_kernels_it_launched_for_its_graph(monkeypatch):
+    from tenferro import graph as graph_part
+    from tenferro._state import SessionState
+
+    nodes = iter([0x51, 0, 0x52])  # 0: the work was not one node; it is no GraphKernel
+    monkeypatch.setattr(graph_part._driver, "capture_begin", lambda stream, op: None)
+    monkeypatch.setattr(graph_part._driver, "capture_end", lambda stream, op: 0x60)
+    monkeypatch.setattr(graph_part._driver, "graph_node_count", lambda graph: 3)
+    monkeypatch.setattr(graph_part._driver, "ExecutableGraph", _Exec)
+    monkeypatch.setattr(graph_part._driver, "capture_last_node", lambda stream, op: next(nodes))
+    s = _CapturingSession()
+    s.capture_kernels = None
+    s.note_captured_kernel = types.MethodType(SessionState.note_captured_kernel, s)
+    fn, block = _Fn(), _Block()
+    block.bytes = b"\x04"
+    s.note_captured_kernel("session.launch", fn, "cfg", block, [4], [])  # not capturing
+    with graph_part.capture(s) as cap:
+        for arg in (1, 2, 3):
+            block.bytes = bytes([arg])
+            s.note_captured_kernel("session.launch", fn, "cfg", block, [arg], [])
+    assert s.capture_kernels is None
+    assert [(k._node, k.args) for k in cap.graph.kernels] == [(0x51, [1]), (0x52, [3])]
+    cap.graph.kernels[1].update(0, 9)
+    assert fn.blocks[0].bytes == b"\x09"  # from the bytes captured with it, 3, then changed
+
+
+# --- new arguments for a graph's kernels at replay -----------------------------------------------
+
+
+@pytest.mark.gpu
+def test_graph_kernels_take_new_buffers_and_scalars_between_replays(session, rng):
+    axpy, nk = _kernels(session)
+    cfg = tf.LaunchConfig.flat(N)
+    x0, y0, z0, w0 = (rng.standard_normal(N).astype(np.float32) for _ in range(4))
+    x, y, z, w = (session.upload(a) for a in (x0, y0, z0, w0))
+    with session.capture() as cap:
+        session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(0.5), N])
+        session.copy(z, y)  # a node, not a kernel
+        session.launch(nk, cfg, [session.tensor_mut(w), session.tensor(z), tf.f32(-2.0), N])
+    graph = cap.graph
+    assert graph.node_count == 3
+    first, second = graph.kernels  # the kernels, in the order they were launched
+    assert first.fn is axpy and second.fn is not axpy and first.config is cfg
+    assert first.name == "axpy" and second.config is cfg
+    assert repr(first).startswith("GraphKernel(axpy, LaunchConfig(") and first.session is session
+    graph.launch()  # y += x/2; z = y; w -= 2z
+    y1 = y0 + 0.5 * x0.astype(np.float64)
+    w1 = w0 - 2.0 * y1
+    a0, b0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    a, b = session.upload(a0), session.upload(b0)
+    into_a, three = session.tensor_mut(a), tf.f32(3.0)
+    first.update(0, into_a)  # a += x * 3 instead of y
+    first.update(2, three)
+    second.set_args([session.tensor_mut(b), session.tensor(x), tf.f32(0.25), N])
+    graph.launch()  # a += 3x; z = y (y unchanged); b += x/4
+    np.testing.assert_allclose(session.download(y), y1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(session.download(w), w1, rtol=1e-5, atol=1e-5)  # untouched now
+    np.testing.assert_allclose(session.download(z), y1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(session.download(a), a0 + 3.0 * x0.astype(np.float64), rtol=1e-5)
+    np.testing.assert_allclose(session.download(b), b0 + 0.25 * x0.astype(np.float64), rtol=1e-5)
+    assert first.args[0] is into_a and first.args[2] is three and len(first.spans) == 2
+
+
+@pytest.mark.gpu
+def test_replays_enqueued_before_a_change_keep_the_old_arguments(session, rng):
+    axpy, _ = _kernels(session)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    with session.capture() as cap:
+        session.launch(
+            axpy, tf.LaunchConfig.flat(N), [session.tensor_mut(y), session.tensor(x), 1.0, N]
+        )
+    (kernel,) = cap.graph.kernels
+    for a in (1.0, -2.0, 0.5, 4.0):  # no host wait between the replays and the changes
+        kernel.update(2, tf.f32(a))
+        cap.graph.launch()
+    np.testing.assert_allclose(
+        session.download(y), y0 + 3.5 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.gpu
+def test_a_graph_holds_the_spans_its_kernels_were_given(session, rng):
+    axpy, _ = _kernels(session)
+    cfg = tf.LaunchConfig.flat(N)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    with session.capture() as cap:
+        session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), 2.0, N])
+    graph = cap.graph
+    (kernel,) = graph.kernels
+    x2 = session.upload(x0 * 2)
+    kept = weakref.ref(x2)
+    kernel.update(1, session.tensor(x2))
+    del x2
+    gc.collect()
+    assert kept() is not None, "the graph holds the span it was given"
+    graph.launch()
+    np.testing.assert_allclose(
+        session.download(y), y0 + 4.0 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
+    replaced = weakref.ref(kept())
+    kernel.update(1, session.tensor(x))
+    session.synchronize()
+    gc.collect()
+    assert replaced() is None, "a span replaced goes once the stream has passed its replays"
+
+
+@pytest.mark.gpu
+def test_graph_kernel_refusals_name_the_argument_and_change_nothing(session, rng):
+    axpy, _ = _kernels(session)
+    cfg = tf.LaunchConfig.flat(N)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    with session.capture() as cap:
+        session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), N])
+    graph = cap.graph
+    (kernel,) = graph.kernels
+    args, spans = list(kernel.args), list(kernel.spans)
+    refusals = [
+        (lambda: kernel.update(2, tf.f64(5.0)), r"^graph_kernel\.update: args\[2\] 'a' is an f64"),
+        (lambda: kernel.update(-1, 1.0), r"^graph_kernel\.update: index=-1 is out of range"),
+        (lambda: kernel.update(4, 1.0), r"^graph_kernel\.update: index=4 is out of range for 4"),
+        (
+            lambda: kernel.update(1, session.tensor(y)),
+            r"^graph_kernel\.update: args\[0\] .*overlap",
+        ),
+        (lambda: kernel.set_args([session.tensor_mut(y)]), r"^graph_kernel\.set_args: .*takes 4"),
+        (lambda: kernel.set_args("y"), r"^graph_kernel\.set_args: args must be a list or tuple"),
+        (
+            lambda: kernel.set_args([session.tensor(y), session.tensor(x), 1.0, N]),
+            r"^graph_kernel\.set_args: args\[0\]",
+        ),
+    ]
+    for refused, message in refusals:
+        with pytest.raises(tf.ValidationError, match=message):
+            refused()
+        assert kernel.args == args and kernel.spans == spans
+    kernel.update(3, N)  # the last index accepted
+    graph.launch()  # the graph as captured: y += x
+    np.testing.assert_allclose(session.download(y), y0 + x0.astype(np.float64), rtol=1e-5)
+    with session.capture() as other:
+        with pytest.raises(
+            tf.RuntimeStateError, match=r"^graph_kernel\.update: not during a capture"
+        ):
+            kernel.update(2, tf.f32(2.0))
+        session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), N])
+    with session.capture(update=graph):
+        session.launch(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(-1.0), N])
+    with pytest.raises(
+        tf.RuntimeStateError,
+        match=r"^graph_kernel\.update: the graph of 'axpy' was updated by a new capture",
+    ):
+        kernel.update(2, tf.f32(2.0))
+    (fresh,) = graph.kernels
+    assert fresh is not kernel and fresh.args[2].data == tf.f32(-1.0).data
+    del other, graph
+    gc.collect()
+    with pytest.raises(
+        tf.RuntimeStateError, match=r"^graph_kernel\.set_args: the graph of 'axpy' is gone"
+    ):
+        fresh.set_args([session.tensor_mut(y), session.tensor(x), tf.f32(1.0), N])
+
+
+@pytest.mark.gpu
+def test_a_bound_launch_captured_is_a_graph_kernel(session, rng):
+    axpy, _ = _kernels(session)
+    cfg = tf.LaunchConfig.flat(N)
+    x0, y0 = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    x, y = session.upload(x0), session.upload(y0)
+    bound = session.bind(axpy, cfg, [session.tensor_mut(y), session.tensor(x), tf.f32(1.0), N])
+    with session.capture() as cap:
+        bound()
+    (kernel,) = cap.graph.kernels
+    kernel.update(2, tf.f32(-4.0))
+    bound.update(2, tf.f32(100.0))  # the bound launch's block is its own, and so is the graph's
+    cap.graph.launch()
+    np.testing.assert_allclose(
+        session.download(y), y0 - 4.0 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.gpu
+def test_graph_kernels_refuse_after_the_session_closes(device):
+    with tf.Session(device=device) as s:
+        fn = s.compile(AXPY).function("axpy")
+        y, x = s.alloc_zeros(8, np.float32), s.alloc_zeros(8, np.float32)
+        with s.capture() as cap:
+            s.launch(fn, tf.LaunchConfig.flat(8), [s.tensor_mut(y), s.tensor(x), 1.0, 8])
+    (kernel,) = cap.graph.kernels
+    with pytest.raises(tf.RuntimeStateError, match=r"^graph_kernel\.update: the session is closed"):
+        kernel.update(2, tf.f32(2.0))

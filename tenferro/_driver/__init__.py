@@ -35,7 +35,14 @@ from .fast_launch import (
     launcher,
     wait_for_stream,
 )
-from .graphs import ExecutableGraph, capture_begin, capture_end, graph_destroy, graph_node_count
+from .graphs import (
+    ExecutableGraph,
+    capture_begin,
+    capture_end,
+    capture_last_node,
+    graph_destroy,
+    graph_node_count,
+)
 from .memory import (
     MEMORY_DEVICE,
     MEMORY_HOST,
@@ -94,6 +101,7 @@ __all__ = [  # what the other modules use; nothing else crosses the seam
     "build_fast_calls",
     "capture_begin",
     "capture_end",
+    "capture_last_node",
     "context_synchronize",
     "cuda_include_dirs",
     "default_pool_release_threshold",

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from .results import check, cu, fail
 
-__all__ = ["ExecutableGraph", "capture_begin", "capture_end", "graph_destroy", "graph_node_count"]
+__all__ = [
+    "ExecutableGraph",
+    "capture_begin",
+    "capture_end",
+    "capture_last_node",
+    "graph_destroy",
+    "graph_node_count",
+]
 
 
 def capture_begin(stream: int, op: str) -> None:
@@ -21,6 +28,18 @@ def capture_begin(stream: int, op: str) -> None:
 def capture_end(stream: int, op: str) -> int:
     """End the capture of ``stream``; the captured graph's handle (0 when none was made)."""
     return int(check(op, cu.cuStreamEndCapture(cu.CUstream(stream))) or 0)
+
+
+def capture_last_node(stream: int, op: str) -> int:
+    """The node the work last captured on ``stream`` became; 0 where it is not one node.
+
+    A capturing stream's dependencies are what its next work will wait for: just after a
+    launch, the launch's kernel node alone.
+    """
+    info = check(op, cu.cuStreamGetCaptureInfo(cu.CUstream(stream)))
+    # (status, id, graph, dependencies, ...): CUDA 13 adds the edge data before the count
+    dependencies = info[3]
+    return int(dependencies[0]) if len(dependencies) == 1 else 0
 
 
 def graph_node_count(graph: int) -> int:
@@ -69,6 +88,25 @@ class ExecutableGraph:
             return info.result.name if info is not None else err.name
         check(op, (err,))
         return None
+
+    def set_kernel_params(self, graph_node: int, param_pointers: int, op: str) -> None:
+        """Give a kernel node new arguments for the replays to come, here and in its graph.
+
+        ``param_pointers`` is the address of the kernel's array of parameter pointers; the
+        driver copies the values, and replays already enqueued keep the old ones. The node's
+        function, dimensions and attributes stay. The graph it was instantiated from takes
+        them too, so an executable graph made from it again replays them.
+        """
+        node = cu.CUgraphNode(graph_node)
+        params = check(op, cu.cuGraphKernelNodeGetParams(node))
+        before = params.kernelParams  # the graph node's own copy of the values it has
+        params.kernelParams, params.extra = param_pointers, 0
+        check(op, cu.cuGraphExecKernelNodeSetParams(self._exec, node, params))
+        err = cu.cuGraphKernelNodeSetParams(node, params)[0]
+        if err:  # the executable graph goes back to the values its graph still has
+            params.kernelParams = before
+            cu.cuGraphExecKernelNodeSetParams(self._exec, node, params)
+            raise fail(op, err)
 
     def destroy(self) -> None:
         """Destroy the executable graph (once; later calls do nothing)."""
