@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .conditions import GraphCondition
 from .dtypes import ScalarType
 from .errors import ValidationError
 from .signature import (
@@ -776,11 +777,24 @@ class ParamBlock(ParamBlockBase):
         self._mv[self.slices[i]] = a.data
         return a.span
 
+    def _pack_condition(self, i: int, a: GraphCondition, state: Any, op: str) -> None:
+        """A graph condition where the kernel takes a ``cudaGraphConditionalHandle``."""
+        p = self.params[i]
+        if p.kind not in (INT, PTR_OR_INT) or p.size != 8:
+            raise self.mismatch(op, i, a, got="a GraphCondition (a 64-bit handle)")
+        why = a.refusal(state)
+        if why is not None:
+            raise ValidationError(f"{op}: args[{i}] {why}")
+        _U64.pack_into(self._mv, self.offsets[i], a.handle)
+
     def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:
         """Check and write argument ``i`` alone; return its span, or None for a value."""
         cls = a.__class__
         if cls is TensorMap:
             return self._pack_tensor_map(i, a, state, op)
+        if cls is GraphCondition:
+            self._pack_condition(i, a, state, op)
+            return None
         if isinstance(a, _BY_VALUE_STRUCTS) or (cls is np.void and a.dtype.names):
             a, cls = struct_of(a), KernelArg  # its size and alignment are checked as one
         if cls is KernelArg:

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import _driver
 from ._liveness import capture_on_this_thread
+from .conditions import GraphCondition
 from .errors import BackendError, KernelFault, RuntimeStateError, ValidationError
 from .interop.streams import LEGACY, check_context, order_after, stream_value
 from .signature import display_name
@@ -399,11 +400,17 @@ def _destroy(exec_graph: _driver.ExecutableGraph | None, graph: int) -> None:
 
 
 class Capture:
-    """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends."""
+    """The context manager ``s.capture()`` returns; ``graph`` is set when the block ends.
 
-    __slots__ = ("_saved_holds", "graph", "state", "update")
+    Inside the block, `condition`, `capture_if` and `capture_while` add conditional nodes
+    whose condition a kernel of the graph sets.
+    """
+
+    __slots__ = ("_bodies", "_saved_holds", "graph", "running", "state", "update")
     _saved_holds: list[Any] | None
+    _bodies: list[int]
     graph: Graph | None
+    running: bool
     state: Any
     update: Graph | None
 
@@ -416,6 +423,136 @@ class Capture:
         self.state = state
         self.update = update
         self.graph = None
+        self.running = False  # inside the block: conditions are arguments then
+        self._bodies = []  # the conditional nodes whose bodies are being captured, outermost first
+
+    def condition(self, default: int = 1) -> GraphCondition:
+        """A condition for `capture_if` or `capture_while`, which a kernel of the graph sets.
+
+        Pass it to a kernel where the kernel takes a ``cudaGraphConditionalHandle``; the
+        kernel calls ``cudaGraphSetConditional(handle, value)`` (declared by
+        ``<cuda_device_runtime_api.h>``, resolved when the module loads). At the start of
+        every replay the condition is ``default`` again. Made inside a conditional body, it
+        drives a node of that body.
+
+        Args:
+            default: The value at the start of every replay, from 0 to 2**32 - 1: 1 runs a
+                while loop's body at least once, and an if's body unless a kernel sets 0.
+
+        Returns:
+            A `GraphCondition` of this capture.
+
+        Raises:
+            ValidationError: ``default`` is not an int in range, or the driver has no
+                conditional graph nodes (CUDA 12.4 or later).
+            RuntimeStateError: Not inside this capture's block, or the session is closed or
+                used from another thread.
+            BackendError: The driver refused to make the condition.
+        """
+        op = "capture.condition"
+        st = self._check_running(op)
+        if not isinstance(default, int) or not 0 <= default <= 0xFFFFFFFF:
+            raise ValidationError(f"{op}: {default=} must be an int from 0 to 4294967295")
+        version = _driver.driver_version()
+        if version < 12040:
+            raise ValidationError(
+                f"{op}: conditional graph nodes need a CUDA 12.4 or later driver; this one is "
+                f"CUDA {version // 1000}.{version % 1000 // 10}"
+            )
+        handle = _driver.conditional_handle_create(st.stream, st.context.handle, default, op)
+        return GraphCondition(
+            st, self, handle, int(default), self._bodies[-1] if self._bodies else 0
+        )
+
+    def capture_if(self, condition: GraphCondition) -> contextlib.AbstractContextManager[None]:
+        """``with cap.capture_if(condition):`` the block's work runs at a replay if it is set.
+
+        The block's work is captured into the body of an if node that follows the work
+        captured so far; the work after the block follows the node. Each replay runs the
+        body when ``condition`` is nonzero at that point. Kernels launched in the body are
+        not in ``graph.kernels``.
+
+        Args:
+            condition: A `GraphCondition` of this capture, made at this level (not inside
+                another body than the one it was made in), that drives no node yet.
+
+        Returns:
+            A context manager for the body.
+
+        Raises:
+            ValidationError: ``condition`` is not such a condition.
+            RuntimeStateError: Not inside this capture's block.
+            BackendError: The driver refused the node.
+        """
+        return self._body(condition, False, "capture.capture_if")
+
+    def capture_while(self, condition: GraphCondition) -> contextlib.AbstractContextManager[None]:
+        """``with cap.capture_while(condition):`` the block's work repeats while it is set.
+
+        As `capture_if`, with a while node: at a replay the body runs again and again for as
+        long as ``condition`` is nonzero when a pass ends (and when the node is reached). A
+        kernel of the body sets it to 0 to end the loop.
+
+        Args:
+            condition: A `GraphCondition` of this capture (as for `capture_if`).
+
+        Returns:
+            A context manager for the body.
+
+        Raises:
+            ValidationError: ``condition`` is not such a condition.
+            RuntimeStateError: Not inside this capture's block.
+            BackendError: The driver refused the node.
+        """
+        return self._body(condition, True, "capture.capture_while")
+
+    def _check_running(self, op: str) -> Any:
+        st = self.state
+        st.check_use(op)
+        if not self.running:
+            raise RuntimeStateError(f"{op}: only inside the capture's with block")
+        return st
+
+    @contextlib.contextmanager
+    def _body(self, condition: Any, loop: bool, op: str) -> Iterator[None]:
+        st = self._check_running(op)
+        if type(condition) is not GraphCondition or condition.capture is not self:
+            got = "one of another capture"
+            if type(condition) is not GraphCondition:
+                got = type(condition).__name__
+            raise ValidationError(
+                f"{op}: condition must be a GraphCondition of this capture (cap.condition()), "
+                f"got {got}"
+            )
+        if condition.drives is not None:
+            raise ValidationError(
+                f"{op}: condition already drives an {condition.drives} node; a condition drives "
+                "one node: make another with cap.condition()"
+            )
+        if condition.made_in != (self._bodies[-1] if self._bodies else 0):
+            raise ValidationError(
+                f"{op}: condition was made in another conditional body than this one; make it "
+                "where its node goes"
+            )
+        graph, node = _driver.conditional_begin(
+            st.stream, st.context.handle, condition.handle, loop, op
+        )
+        condition.drives = "while" if loop else "if"
+        self._bodies.append(node)
+        kernels, st.capture_kernels = st.capture_kernels, None  # a body's kernels: not listed
+        try:
+            yield
+        except BaseException as exc:
+            try:
+                _driver.conditional_end(st.stream, graph, node, op)
+            except BackendError as end_exc:
+                exc.add_note(f"tenferro: ending the {condition.drives} body also failed: {end_exc}")
+            raise
+        else:
+            _driver.conditional_end(st.stream, graph, node, op)
+        finally:
+            self._bodies.pop()
+            st.capture_kernels = kernels
 
     def __enter__(self) -> Capture:
         st = self.state
@@ -436,11 +573,13 @@ class Capture:
         self._saved_holds = st.liveness.begin_capture()
         st.capture_kernels = []
         st.refresh_fast_path()  # every captured launch goes where its owners are collected
+        self.running = True
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         st = self.state
         live = st.liveness
+        self.running = False
         owners = live.end_capture(self._saved_holds)  # the stream records again, even on error
         self._saved_holds = None
         kernels, st.capture_kernels = st.capture_kernels or [], None

@@ -1393,3 +1393,44 @@ def test_a_struct_of_another_size_or_alignment_is_refused_and_nothing_written(i,
     ):
         b.pack_slot(i, value, None, "session.launch")
     assert b.snapshot() == before
+
+
+# --- a graph condition as an argument -------------------------------------------------------------
+
+CONDITION_SRC = r"""
+#include <cuda_device_runtime_api.h>
+extern "C" __global__ void c(cudaGraphConditionalHandle h, float x, long long s) {}
+"""
+
+
+def test_a_graph_condition_packs_its_handle_only_inside_its_capture():
+    import types
+
+    from tenferro.conditions import GraphCondition
+
+    block = _block(CONDITION_SRC, "c")
+    state, other_state = object(), object()
+    capture = types.SimpleNamespace(running=True)
+    cond = GraphCondition(state, capture, 0x1234_5678_9ABC, 1, 0)
+    block.pack([cond, 1.0, 5], state, "session.launch")
+    assert _read(block, 0, "<Q") == 0x1234_5678_9ABC
+    block.pack([tf.u64(7), 1.0, cond], state, "session.launch")  # a long long takes it too
+    assert _read(block, 2, "<q") == 0x1234_5678_9ABC
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[1\] 'x' is a GraphCondition \(a 64-bit handle\), the "
+        r"kernel takes float$",
+    ):
+        block.pack([cond, cond, 5], state, "session.launch")
+    with pytest.raises(
+        tf.ValidationError, match=r"^session\.launch: args\[0\] is a GraphCondition of another"
+    ):
+        block.pack([cond, 1.0, 5], other_state, "session.launch")
+    capture.running = False
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^bound_launch\.update: args\[0\] is a GraphCondition of a capture that has ended; "
+        r"a condition is an argument only inside the capture that made it",
+    ):
+        block.pack([cond, 1.0, 5], state, "bound_launch.update")
+    assert _read(block, 2, "<q") == 0x1234_5678_9ABC  # the refusals wrote nothing

@@ -956,3 +956,267 @@ def test_graph_kernels_refuse_after_the_session_closes(device):
     (kernel,) = cap.graph.kernels
     with pytest.raises(tf.RuntimeStateError, match=r"^graph_kernel\.update: the session is closed"):
         kernel.update(2, tf.f32(2.0))
+
+
+# --- conditional nodes through a stand-in driver -----------------------------------------------
+
+
+@pytest.fixture
+def conditional_capture(monkeypatch):
+    """A running Capture of a stand-in session; the driver calls it makes are listed."""
+    from tenferro import graph as graph_part
+
+    calls = []
+    monkeypatch.setattr(graph_part._driver, "capture_begin", lambda stream, op: None)
+    monkeypatch.setattr(graph_part._driver, "driver_version", lambda: 13000)
+    monkeypatch.setattr(
+        graph_part._driver,
+        "conditional_handle_create",
+        lambda stream, ctx, default, op: (
+            calls.append(("handle", stream, ctx, default, op)) or 0xC0 + len(calls)
+        ),
+    )
+
+    def begin(stream, ctx, handle, loop, op):
+        calls.append(("begin", stream, ctx, handle, loop, op))
+        return 0x60, 0x70 + len(calls)
+
+    def end(stream, graph, node, op):
+        calls.append(("end", stream, graph, node, op))
+        if end.raises:
+            raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_ILLEGAL_STATE")
+
+    end.raises = False
+    monkeypatch.setattr(graph_part._driver, "conditional_begin", begin)
+    monkeypatch.setattr(graph_part._driver, "conditional_end", end)
+    s = _CapturingSession()
+    s.context = types.SimpleNamespace(handle=0xC7)
+    s.capture_kernels = None
+    cap = graph_part.capture(s).__enter__()
+    return cap, calls, end
+
+
+def test_a_conditional_body_is_captured_between_begin_and_end(conditional_capture):
+    cap, calls, _ = conditional_capture
+    st = cap.state
+    again = cap.condition(default=3)
+    assert calls == [("handle", 0x5, 0xC7, 3, "capture.condition")] and again.default == 3
+    assert st.capture_kernels == []
+    with cap.capture_while(again):
+        assert calls[-1] == ("begin", 0x5, 0xC7, again.handle, True, "capture.capture_while")
+        assert st.capture_kernels is None  # kernels of a body are not listed
+        inner = cap.condition(default=0)
+        with cap.capture_if(inner):
+            assert calls[-1][4] is False
+        assert calls[-1][0] == "end"
+    assert calls[-1] == ("end", 0x5, 0x60, 0x72, "capture.capture_while")
+    assert st.capture_kernels == [] and again.drives == "while" and inner.drives == "if"
+
+
+def test_a_body_that_raises_is_ended_and_its_exception_wins(conditional_capture):
+    cap, calls, end = conditional_capture
+    with pytest.raises(KeyError, match="body") as got:
+        with cap.capture_if(cap.condition()):
+            raise KeyError("body")
+    assert calls[-1][0] == "end" and not hasattr(got.value, "__notes__")
+    end.raises = True
+    with pytest.raises(KeyError, match="body") as got:
+        with cap.capture_while(cap.condition()):
+            raise KeyError("body")
+    (note,) = got.value.__notes__
+    assert note.startswith("tenferro: ending the while body also failed: capture.capture_while: ")
+    assert cap.state.capture_kernels == []  # the listing of kernels is back either way
+
+
+def test_conditional_refusals_make_no_driver_call(conditional_capture, monkeypatch):
+    from tenferro import graph as graph_part
+
+    cap, calls, _ = conditional_capture
+    outer = cap.condition()
+    made = len(calls)
+    refusals = [
+        (lambda: cap.capture_if(0xC1), r"^capture\.capture_if: condition must be a GraphCondition"),
+        (lambda: cap.condition(default=-1), r"^capture\.condition: default=-1 must be an int"),
+        (lambda: cap.condition(default=2**32), r"^capture\.condition: default=4294967296 must"),
+        (lambda: cap.condition(default=True) and cap.condition(default=None), r"default=None"),
+    ]
+    for refused, message in refusals:
+        with pytest.raises(tf.ValidationError, match=message):
+            with refused():
+                pass
+    assert len(calls) == made + 1  # default=True is an int: 1
+    with cap.capture_if(cap.condition()):
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^capture\.capture_while: condition was made in another conditional body",
+        ):
+            with cap.capture_while(outer):
+                pass
+    with cap.capture_if(outer):
+        pass
+    with pytest.raises(tf.ValidationError, match=r"condition already drives an if node"):
+        with cap.capture_if(outer):
+            pass
+    monkeypatch.setattr(graph_part._driver, "driver_version", lambda: 12030)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^capture\.condition: conditional graph nodes need a CUDA 12\.4 "
+        r"or later driver; this one is CUDA 12\.3",
+    ):
+        cap.condition()
+    cap.running = False
+    with pytest.raises(
+        tf.RuntimeStateError, match=r"^capture\.capture_if: only inside the capture"
+    ):
+        with cap.capture_if(outer):
+            pass
+
+
+# --- conditional nodes: if and while, driven by a condition a kernel sets -----------------------
+
+CONDITIONAL = r"""
+#include <cuda_device_runtime_api.h>
+extern "C" __global__ void halve(float* x, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 0.5f;
+}
+// One thread: another pass while some |x[i]| is above tol; counts the passes.
+extern "C" __global__ void above(cudaGraphConditionalHandle again, const float* x, unsigned n,
+                                 float tol, unsigned* passes) {
+    float most = 0.0f;
+    for (unsigned i = 0; i < n; ++i) most = fmaxf(most, fabsf(x[i]));
+    passes[0] += 1;
+    cudaGraphSetConditional(again, most > tol ? 1u : 0u);
+}
+extern "C" __global__ void set_if_positive(cudaGraphConditionalHandle cond, const int* flag) {
+    cudaGraphSetConditional(cond, flag[0] > 0 ? 1u : 0u);
+}
+extern "C" __global__ void add_one(float* x, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+"""
+COND_N = 1000
+
+
+@pytest.mark.gpu
+def test_a_while_node_iterates_until_a_kernel_sees_convergence(session, rng):
+    mod = session.compile(CONDITIONAL)
+    halve, above = mod.function("halve"), mod.function("above")
+    x0 = rng.uniform(1.0, 300.0, COND_N).astype(np.float32)
+    x, passes = session.upload(x0), session.upload(np.zeros(1, np.uint32))
+    with session.capture() as cap:
+        again = cap.condition(default=1)
+        with cap.capture_while(again):
+            session.launch(halve, tf.LaunchConfig.flat(COND_N), [session.tensor_mut(x), COND_N])
+            session.launch(
+                above,
+                tf.LaunchConfig(1, 1),
+                [again, session.tensor(x), COND_N, tf.f32(0.75), session.tensor_mut(passes)],
+            )
+    assert cap.graph.kernels == ()  # kernels of a body are not listed
+    assert repr(again) == "GraphCondition(default=1, drives an while node)"
+    want, n = x0.astype(np.float64), 0
+    while True:  # the loop on the host, in float64: halvings are exact
+        want, n = want * 0.5, n + 1
+        if np.abs(want).max() <= 0.75:
+            break
+    assert n > 3
+    for replay in (1, 2):  # the condition is its default again at each replay
+        session.copy(x, session.upload(x0))
+        cap.graph.launch()
+        np.testing.assert_array_equal(session.download(x), want)
+        assert int(session.download(passes)[0]) == n * replay
+
+
+@pytest.mark.gpu
+def test_an_if_node_runs_its_body_only_when_the_kernel_sets_the_condition(session, rng):
+    mod = session.compile(CONDITIONAL)
+    set_if, add_one = mod.function("set_if_positive"), mod.function("add_one")
+    x0 = rng.standard_normal(COND_N).astype(np.float32)
+    x, flag = session.upload(x0), session.upload(np.array([1], np.int32))
+    with session.capture() as cap:
+        when = cap.condition(default=0)
+        session.launch(set_if, tf.LaunchConfig(1, 1), [when, session.tensor(flag)])
+        with cap.capture_if(when):
+            session.launch(add_one, tf.LaunchConfig.flat(COND_N), [session.tensor_mut(x), COND_N])
+        session.launch(add_one, tf.LaunchConfig.flat(COND_N), [session.tensor_mut(x), COND_N])
+    set_node, after = cap.graph.kernels  # the kernels outside the body, in order
+    assert set_node.fn is set_if and after.fn is add_one
+    cap.graph.launch()  # flag 1: both adds
+    np.testing.assert_array_equal(session.download(x), x0 + np.float32(2))
+    session.copy(flag, session.upload(np.array([-3], np.int32)))
+    cap.graph.launch()  # flag -3: the add after the node only
+    np.testing.assert_array_equal(session.download(x), x0 + np.float32(3))
+
+
+@pytest.mark.gpu
+def test_conditions_are_refused_outside_their_capture_and_where_they_do_not_fit(session):
+    mod = session.compile(CONDITIONAL)
+    set_if, add_one = mod.function("set_if_positive"), mod.function("add_one")
+    flag = session.upload(np.array([1], np.int32))
+    x = session.upload(np.zeros(4, np.float32))
+    with session.capture() as other:
+        foreign = other.condition()
+        session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+    with pytest.raises(tf.RuntimeStateError, match=r"^capture\.condition: only inside the capture"):
+        other.condition()
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] is a GraphCondition of a capture that has ended",
+    ):
+        session.launch(set_if, tf.LaunchConfig(1, 1), [foreign, session.tensor(flag)])
+    with session.capture() as cap:
+        for default in (-1, 2**32, 1.0, "1"):
+            with pytest.raises(
+                tf.ValidationError,
+                match=r"^capture\.condition: default=.* must be an int from 0 to 4294967295",
+            ):
+                cap.condition(default=default)
+        lowest, highest = cap.condition(default=0), cap.condition(default=2**32 - 1)
+        assert (lowest.default, highest.default) == (0, 2**32 - 1)
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^capture\.capture_if: condition must be a GraphCondition of this capture "
+            r"\(cap\.condition\(\)\), got one of another capture",
+        ):
+            cap.capture_if(foreign).__enter__()
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^capture\.capture_while: condition must be a GraphCondition of this capture "
+            r"\(cap\.condition\(\)\), got int",
+        ):
+            cap.capture_while(1).__enter__()
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^session\.launch: args\[0\] 'x' is a GraphCondition \(a 64-bit handle\), "
+            r"the kernel takes float\*",
+        ):
+            session.launch(add_one, tf.LaunchConfig(1, 4), [lowest, 4])
+        session.launch(set_if, tf.LaunchConfig(1, 1), [lowest, session.tensor(flag)])
+        with cap.capture_if(lowest):
+            session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+        with pytest.raises(
+            tf.ValidationError,
+            match=r"^capture\.capture_while: condition already drives an if node",
+        ):
+            cap.capture_while(lowest).__enter__()
+    assert cap.graph.node_count == 2  # the set kernel and the if node
+    cap.graph.launch()
+    np.testing.assert_array_equal(session.download(x), np.ones(4, np.float32))
+
+
+@pytest.mark.gpu
+def test_a_body_that_raises_ends_the_capture_and_the_stream_stays_usable(session):
+    mod = session.compile(CONDITIONAL)
+    add_one = mod.function("add_one")
+    x = session.upload(np.zeros(4, np.float32))
+    with pytest.raises(KeyError, match="body"):
+        with session.capture() as cap:
+            again = cap.condition()
+            with cap.capture_while(again):
+                session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+                raise KeyError("body")
+    assert cap.graph is None and not cap.running
+    session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+    np.testing.assert_array_equal(session.download(x), np.ones(4, np.float32))

@@ -2,7 +2,9 @@
 
 A capture is thread-local (other threads' calls are unaffected by it), and an empty one is
 graph 0. `ExecutableGraph` is instantiated once, bound to the stream it replays on, and updated
-in place where the driver can take the new graph's parameters.
+in place where the driver can take the new graph's parameters. A conditional node (if, while)
+is added to a running capture by `conditional_begin`, which pauses the capture and captures
+the same stream into the node's body until `conditional_end` resumes it after the node.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ __all__ = [
     "capture_begin",
     "capture_end",
     "capture_last_node",
+    "conditional_begin",
+    "conditional_end",
+    "conditional_handle_create",
     "graph_destroy",
     "graph_node_count",
 ]
@@ -21,8 +26,11 @@ __all__ = [
 
 def capture_begin(stream: int, op: str) -> None:
     """Begin capturing ``stream`` into a graph (thread-local mode: other threads unaffected)."""
-    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    check(op, cu.cuStreamBeginCapture(cu.CUstream(stream), mode))
+    check(op, cu.cuStreamBeginCapture(cu.CUstream(stream), _thread_local()))
+
+
+def _thread_local() -> object:
+    return cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 
 
 def capture_end(stream: int, op: str) -> int:
@@ -40,6 +48,60 @@ def capture_last_node(stream: int, op: str) -> int:
     # (status, id, graph, dependencies, ...): CUDA 13 adds the edge data before the count
     dependencies = info[3]
     return int(dependencies[0]) if len(dependencies) == 1 else 0
+
+
+def conditional_handle_create(stream: int, context: int, default: int, op: str) -> int:
+    """A condition of the graph ``stream`` is capturing into, ``default`` at every replay."""
+    info = check(op, cu.cuStreamGetCaptureInfo(cu.CUstream(stream)))
+    res = cu.cuGraphConditionalHandleCreate(
+        info[2], cu.CUcontext(context), default, cu.CU_GRAPH_COND_ASSIGN_DEFAULT
+    )
+    return int(check(op, res))
+
+
+def conditional_begin(
+    stream: int, context: int, condition: int, loop: bool, op: str
+) -> tuple[int, int]:
+    """Add an if (a while, ``loop``) node on ``condition`` after the work captured so far.
+
+    Then the capture of ``stream`` pauses and the stream captures into the node's body; the
+    caller ends that with `conditional_end`. Returns (the paused graph, the node).
+    """
+    s = cu.CUstream(stream)
+    info = check(op, cu.cuStreamGetCaptureInfo(s))
+    graph, dependencies = info[2], info[3]
+    params = cu.CUgraphNodeParams()
+    params.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = condition
+    params.conditional.type = (
+        cu.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+        if loop
+        else cu.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_IF
+    )
+    params.conditional.size = 1
+    params.conditional.ctx = cu.CUcontext(context)
+    node = check(op, cu.cuGraphAddNode(graph, dependencies, None, len(dependencies), params))
+    body = params.conditional.phGraph_out[0]
+    check(op, cu.cuStreamEndCapture(s))  # paused: the graph is ours until it resumes
+    err = cu.cuStreamBeginCaptureToGraph(s, body, None, None, 0, _thread_local())[0]
+    if err:
+        _resume(s, graph, node, op)
+        raise fail(op, err)
+    return int(graph), int(node)
+
+
+def conditional_end(stream: int, graph: int, node: int, op: str) -> None:
+    """End the capture of a conditional node's body; the capture of ``graph`` resumes after it."""
+    s = cu.CUstream(stream)
+    err = cu.cuStreamEndCapture(s)[0]
+    _resume(s, cu.CUgraph(graph), cu.CUgraphNode(node), op)
+    if err:
+        raise fail(op, err)
+
+
+def _resume(s: object, graph: object, node: object, op: str) -> None:
+    """Capture ``s`` into ``graph`` again, the next work after ``node``."""
+    check(op, cu.cuStreamBeginCaptureToGraph(s, graph, [node], None, 1, _thread_local()))
 
 
 def graph_node_count(graph: int) -> int:
