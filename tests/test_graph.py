@@ -993,7 +993,8 @@ def conditional_capture(monkeypatch):
     s.context = types.SimpleNamespace(handle=0xC7)
     s.capture_kernels = None
     cap = graph_part.capture(s).__enter__()
-    return cap, calls, end
+    yield cap, calls, end
+    s.liveness.end_capture([])  # this thread knows of no capture after the test
 
 
 def test_a_conditional_body_is_captured_between_begin_and_end(conditional_capture):
