@@ -26,8 +26,10 @@ __all__ = [
     "from_numpy",
     "is_int",
     "numpy_scalar_class",
+    "record_type",
 ]
 
+RECORD = "record"  # the kind of a structured dtype's type
 # DLPack type codes (dlpack.h DLDataTypeCode).
 DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 3, 4, 5, 6
 
@@ -36,9 +38,10 @@ DL_INT, DL_UINT, DL_FLOAT, DL_OPAQUE, DL_BFLOAT, DL_COMPLEX, DL_BOOL = 0, 1, 2, 
 class ScalarType:
     """A scalar type as every layer sees it.
 
-    ``kind`` is ``"int"``, ``"uint"``, ``"float"``, ``"bool"`` or ``"complex"``;
-    ``ptx`` is the PTX parameter type a kernel declares for it. There is one object per type
-    (`SCALAR_TYPES`), compared and hashed by identity: a launch tests membership in sets of
+    ``kind`` is ``"int"``, ``"uint"``, ``"float"``, ``"bool"``, ``"complex"`` or
+    ``"record"`` (a numpy structured dtype: `record_type`); ``ptx`` is the PTX parameter type
+    a kernel declares for it. There is one object per type (`SCALAR_TYPES`, and one per
+    structured dtype), compared and hashed by identity: a launch tests membership in sets of
     them, and hashing eight fields each time would cost more than the test.
     """
 
@@ -167,7 +170,10 @@ def from_c_name(name: str) -> ScalarType | None:
 
 
 def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:
-    """The scalar type of a numpy dtype (or anything ``np.dtype`` accepts)."""
+    """The scalar type of a numpy dtype (or anything ``np.dtype`` accepts).
+
+    A structured dtype is a record type (`record_type`).
+    """
     try:
         t = _BY_DTYPE_OR_CLASS.get(dtype)
     except TypeError:  # unhashable: np.dtype decides below
@@ -180,8 +186,56 @@ def from_numpy(dtype: Any, op: str = "dtype") -> ScalarType:
         raise ValidationError(f"{op}: {dtype!r} is not a dtype") from None
     t = _BY_NUMPY.get(dt)  # a big-endian dtype is not equal to any key: refused
     if t is None:
+        if dt.names:
+            return record_type(dt, op)
         raise ValidationError(f"{op}: dtype {dt} is not supported on the device")
     return t
+
+
+_RECORDS: dict[np.dtype, ScalarType] = {}  # structured dtype -> its one record type
+
+
+def _record_name(dt: np.dtype) -> str:
+    """``record(x f32 @0, hits i32 @4; 8 bytes)``: each field's type and offset, the size."""
+    fields = []
+    for name in dt.names or ():
+        field, offset = dt.fields[name][:2]  # type: ignore[index]
+        base = field.base
+        what = _record_name(base) if base.names else _BY_NUMPY[base].name
+        shape = "".join(f"[{d}]" for d in field.shape)
+        fields.append(f"{name} {what}{shape} @{offset}")
+    return f"record({', '.join(fields)}; {dt.itemsize} bytes)"
+
+
+def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
+    """The record type of a numpy structured dtype: one object per dtype (equal dtypes, one).
+
+    Elements of a record span are the dtype's bytes as numpy lays them out (its offsets and
+    itemsize, padding included): a CUDA C kernel reads them through a pointer to a struct of
+    that layout, a numba kernel through an array of that record type. Refused: a dtype
+    without fields, fields holding Python objects, and fields not in the host's byte order.
+    DLPack has no record types: such spans export through ``__cuda_array_interface__``.
+    """
+    dt = np.dtype(dtype)
+    found = _RECORDS.get(dt)
+    if found is not None:
+        return found
+    if not dt.names:
+        raise ValidationError(f"{op}: dtype {dt} is not a structured dtype")
+    if dt.hasobject:
+        raise ValidationError(f"{op}: dtype {dt} holds Python objects; the device cannot")
+    fields: Mapping[str, Any] = dt.fields or {}
+    for name in dt.names:
+        field = fields[name][0]
+        if field.base.names:  # a struct in the struct: its own fields checked the same way
+            record_type(field.base, op)
+        elif not field.isnative or _BY_NUMPY.get(field.base) is None:
+            raise ValidationError(
+                f"{op}: dtype {dt}: field {name!r} ({field}) is not a device type in the "
+                "host's byte order"
+            )
+    t = ScalarType(_record_name(dt), RECORD, dt.itemsize, dt, -1, 8 * dt.itemsize, "", "")
+    return _RECORDS.setdefault(dt, t)  # one object even when two threads make it at once
 
 
 def as_scalar_type(dtype: Any, op: str = "dtype") -> ScalarType:

@@ -166,7 +166,7 @@ class Tensor(Shaped):
         t = self.scalar_type
         typestr = t.numpy.str if t.numpy is not None else "<V2"
         st = self.state
-        return {
+        cai = {
             "shape": self.shape,
             "typestr": typestr,
             "data": (self.ptr if self.nbytes else 0, False),  # the interface: 0 when empty
@@ -174,6 +174,9 @@ class Tensor(Shaped):
             "version": 3,
             "stream": st.stream if st.is_open else None,
         }
+        if t.numpy is not None and t.numpy.names:  # a record: its fields, as numpy lays them
+            cai["descr"] = t.numpy.descr
+        return cai
 
     def __dlpack__(
         self,

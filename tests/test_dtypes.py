@@ -196,3 +196,39 @@ def test_complex64_takes_what_rounds_to_float32s_largest_value_and_refuses_past_
         ):
             dtypes.pack_scalar(c64, part, "op")
     assert dtypes.pack_scalar(c64, complex("inf"), "op") == struct.pack("<ff", np.inf, 0)
+
+
+# --- record types: numpy structured dtypes ---------------------------------------------------
+
+
+def test_a_structured_dtype_is_one_record_type_whatever_its_alignment_flag():
+    plain = np.dtype([("x", "<f4"), ("n", "<i4")])
+    t = dtypes.from_numpy(plain)
+    assert (t.kind, t.itemsize, t.numpy) == ("record", 8, plain)
+    assert t.name == "record(x f32 @0, n i32 @4; 8 bytes)"  # a refusal tells layouts apart
+    assert dtypes.from_numpy(np.dtype([("x", "<f4"), ("n", "<i4")], align=True)) is t
+    assert dtypes.record_type(plain) is t and dtypes.as_scalar_type(plain) is t
+    padded = np.dtype({"names": ["x", "n"], "formats": ["<f4", "<i8"], "offsets": [0, 8]})
+    other = dtypes.from_numpy(padded)
+    assert other is not t and other.itemsize == 16  # another layout, another type
+    nested = np.dtype([("v", "<f4", (3,)), ("inner", [("a", "<i2"), ("b", "u1")])])
+    assert dtypes.from_numpy(nested).name == (
+        "record(v f32[3] @0, inner record(a i16 @0, b u8 @2; 3 bytes) @12; 15 bytes)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "msg"),
+    [
+        (np.dtype([("o", "O")]), r"holds Python objects"),
+        (np.dtype([("x", ">f4")]), r"field 'x' \(>f4\) is not a device type in the host's"),
+        (np.dtype([("s", "<U3")]), r"field 's' \(<U3\) is not a device type"),
+        (np.dtype([("inner", [("a", ">i2")])]), r"field 'a' \(>i2\) is not a device type"),
+        (np.dtype("V8"), r"dtype \|V8 is not supported on the device"),
+    ],
+)
+def test_record_types_refuse_what_the_device_cannot_hold(dtype, msg):
+    with pytest.raises(tf.ValidationError, match=r"^session\.upload: .*" + msg):
+        dtypes.from_numpy(dtype, "session.upload")
+    with pytest.raises(tf.ValidationError, match=r"^op: dtype int32 is not a structured dtype"):
+        dtypes.record_type(np.dtype(np.int32), "op")

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tenferro as tf
+from tenferro import dtypes as tf_dtypes
 from tenferro.interop import read_cai
 from tenferro.spans import c_strides
 
@@ -142,3 +143,33 @@ def test_cai_takes_zero_extents_keeps_its_producer_and_names_bad_fields():
             r"be a tuple of ints",
         ):
             read_cai(_Producer(cai), "op")
+
+
+# --- records: a structured dtype's fields in descr ------------------------------------------------
+
+
+def test_a_record_array_is_read_with_its_fields_from_descr(cai):
+    padded = np.dtype({"names": ["x", "n"], "formats": ["<f4", "<i8"], "offsets": [0, 8]})
+    producer = cai(0x7000, (3,), padded.str)
+    producer.__cuda_array_interface__["descr"] = padded.descr  # as numba and CuPy give it
+    f = read_cai(producer, "session.tensor")
+    assert f.scalar_type.numpy == padded and f.strides == (16,)
+    assert f.scalar_type is tf_dtypes.from_numpy(padded)
+
+
+@pytest.mark.parametrize(
+    "descr",
+    [[("x", "<f4")], "nope", [("x",)], [], [("", "|V16")], [("x", "<f4"), ("n", "<i8")]],
+)
+def test_a_descr_that_is_not_the_records_fields_is_refused(cai, descr):
+    producer = cai(0x7000, (3,), "|V16")
+    producer.__cuda_array_interface__["descr"] = descr
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor: __cuda_array_interface__ descr=.* is not a list of \(name, "
+        r"typestr\) fields that make up the 16-byte record its typestr says",
+    ):
+        read_cai(producer, "session.tensor")
+    good = cai(0x7000, (3,), "|V12")
+    good.__cuda_array_interface__["descr"] = [("x", "<f4"), ("n", "<i8")]  # 12 bytes: taken
+    assert read_cai(good, "session.tensor").scalar_type.itemsize == 12

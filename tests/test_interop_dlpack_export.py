@@ -584,3 +584,17 @@ def test_consumer_holding_an_export_at_interpreter_exit_is_clean(device):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "28.0"
+
+
+def test_a_record_tensor_has_no_dlpack_type_and_says_where_to_go():
+    record = np.zeros(3, np.dtype([("x", "<f4"), ("n", "<i4")]))
+    before = dlpack_export.live_exports()
+    with pytest.raises(
+        BufferError,
+        match=r"^tensor\.__dlpack__: the Tensor's dtype \[\('x', '<f4'\), \('n', '<i4'\)\] is a "
+        r"record, which DLPack has no type for; consumers read it through "
+        r"__cuda_array_interface__",
+    ):
+        dlpack_export.export(FakeTensor(record), -1, (1, 0), None, None)
+    assert dlpack_export.live_exports() == before
+    dlpack_export.export(FakeTensor(np.ones(3, np.int32)), -1, (1, 0), None, None)  # a plain one

@@ -4,7 +4,7 @@ import struct
 
 import numpy as np
 import pytest
-from numba import cuda, types
+from numba import cuda, from_dtype, types
 from numba.cuda.compiler import compile_cuda
 
 import tenferro as tf
@@ -838,3 +838,95 @@ def test_ctypes_numbers_specialize_and_pack_as_their_c_types():
     ):
         block.pack([ctypes.c_double(1.0), ctypes.c_int64(1)], s, op)
     assert bytes(block._mv)[block.offsets[1] :] == before[block.offsets[1] :]
+
+
+# --- arrays of a record (structured) dtype --------------------------------------------------------
+
+PARTICLE = np.dtype([("x", "<f4"), ("v", "<f4"), ("hits", "<i4")], align=True)
+
+
+def advance(p, dt, n):
+    """A numba kernel over records: x += v dt, and a hit counted where x passes 1."""
+    i = cuda.grid(1)
+    if i < n:
+        p[i].x = p[i].x + p[i].v * dt
+        if p[i].x > 1.0:
+            p[i].hits += 1
+
+
+ADVANCE_C = r"""
+struct Particle { float x; float v; int hits; };
+extern "C" __global__ void advance_c(Particle* p, float dt, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        p[i].x += p[i].v * dt;
+        if (p[i].x > 1.0f) p[i].hits += 1;
+    }
+}
+"""
+
+
+def _particles(rng, n):
+    p = np.zeros(n, PARTICLE)
+    p["x"] = rng.uniform(-1.0, 1.0, n)
+    p["v"] = rng.standard_normal(n)
+    p["hits"] = rng.integers(0, 5, n)
+    return p
+
+
+def _advanced(p, dt, steps):
+    x, hits = p["x"].astype(np.float64), p["hits"].copy()
+    for _ in range(steps):
+        x = x + p["v"].astype(np.float64) * dt
+        hits += x > 1.0
+    return x, hits
+
+
+@pytest.mark.gpu
+def test_numba_and_cuda_c_kernels_update_record_arrays_in_place(session, rng):
+    n, dt = 10_001, 0.25
+    p0 = _particles(rng, n)
+    nk = session.numba_kernel(advance)
+    ck = session.compile(ADVANCE_C).function("advance_c")
+    a, b = session.upload(p0), session.upload(p0)
+    assert a.dtype == PARTICLE and a.shape == (n,)
+    for _ in range(3):
+        session.launch(nk, tf.LaunchConfig.flat(n), [session.tensor_mut(a), tf.f32(dt), n])
+        session.launch(ck, tf.LaunchConfig.flat(n), [session.tensor_mut(b), tf.f32(dt), n])
+    x, hits = _advanced(p0, dt, 3)
+    for got in (session.download(a), session.download(b)):
+        assert got.dtype == PARTICLE
+        np.testing.assert_allclose(got["x"], x, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got["v"], p0["v"])  # a field no kernel writes
+        # hits: where x lies within rounding of 1.0 float32 and float64 may differ
+        near = np.abs(x - 1.0) < 1e-5
+        np.testing.assert_array_equal(got["hits"][~near], hits[~near])
+    cai = a.__cuda_array_interface__
+    assert cai["typestr"] == "|V12" and np.dtype(cai["descr"]) == PARTICLE
+    with pytest.raises(BufferError, match=r"^tensor\.__dlpack__: .* is a record"):
+        a.__dlpack__()
+
+
+@pytest.mark.gpu
+def test_a_numba_record_array_is_a_span_and_its_layout_is_checked(session, rng):
+    n = 257
+    p0 = _particles(rng, n)
+    theirs = cuda.to_device(p0, stream=0)
+    cuda.synchronize()
+    nk = session.numba_kernel(advance)
+    session.launch(nk, tf.LaunchConfig.flat(n), [session.tensor_mut(theirs), tf.f32(0.5), n])
+    got = session.download(session.tensor(theirs))
+    x, _ = _advanced(p0, 0.5, 1)
+    np.testing.assert_allclose(got["x"], x, rtol=1e-5, atol=1e-6)
+    record = types.Array(from_dtype(PARTICLE), 1, "C")
+    fixed = session.numba_kernel(advance, types.void(record, types.float32, types.int64))
+    other = np.dtype([("x", "<f4"), ("v", "<f4"), ("hits", "<i8")])  # hits wider: 16 bytes
+    wrong = session.upload(np.zeros(n, other))
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.launch: args\[0\] of 'advance' expects a 1-d record\(x f32 @0, v f32 "
+        r"@4, hits i32 @8; 12 bytes\) array, got a 1-d record\(x f32 @0, v f32 @4, hits i64 @8; "
+        r"16 bytes\) span",
+    ):
+        session.launch(fixed, tf.LaunchConfig.flat(n), [session.tensor_mut(wrong), 0.5, n])
+    np.testing.assert_array_equal(session.download(wrong), np.zeros(n, other))

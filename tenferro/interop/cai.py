@@ -25,6 +25,31 @@ def _int_tuple(v: Any, what: str, op: str) -> tuple[int, ...]:
     return tuple(int(d) for d in v)
 
 
+def _record_of(descr: Any, itemsize: int, op: str) -> np.dtype:
+    """The structured dtype a CAI ``descr`` lists, ``itemsize`` bytes in all.
+
+    Named fields at their offsets, ``""`` for padding, as numpy's ``dtype.descr`` writes it.
+    """
+    names, formats, offsets, at = [], [], [], 0
+    try:
+        for entry in descr:
+            name = entry[0]
+            fmt = np.dtype(entry[1] if len(entry) == 2 else (entry[1], tuple(entry[2])))
+            if name:
+                names.append(name)
+                formats.append(fmt)
+                offsets.append(at)
+            at += fmt.itemsize
+    except (TypeError, ValueError, IndexError, KeyError):
+        at = -1
+    if not names or at != itemsize:
+        raise ValidationError(
+            f"{op}: __cuda_array_interface__ {descr=} is not a list of (name, typestr) fields "
+            f"that make up the {itemsize}-byte record its typestr says"
+        )
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
+
+
 def read_cai(x: Any, op: str) -> Foreign:
     """Read ``x.__cuda_array_interface__`` (versions 2 and 3).
 
@@ -55,7 +80,11 @@ def read_cai(x: Any, op: str) -> Foreign:
         raise ValidationError(f"{op}: __cuda_array_interface__ shape={shape} has a negative extent")
     typestr = cai.get("typestr")
     try:
-        t = dtypes.from_numpy(np.dtype(typestr), op)
+        dtype = np.dtype(typestr)
+        descr = cai.get("descr")
+        if dtype.kind == "V" and descr is not None:  # a record: its fields are in descr
+            dtype = _record_of(descr, dtype.itemsize, op)
+        t = dtypes.from_numpy(dtype, op)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             raise

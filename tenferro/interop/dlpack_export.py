@@ -150,6 +150,12 @@ def export(tensor: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any
             )
     if copy not in (None, True, False):
         raise ValidationError(f"{op}: {copy=} must be None, True or False")
+    if tensor.scalar_type.dl_code < 0:
+        raise BufferError(
+            f"{op}: the Tensor's dtype {tensor.scalar_type.numpy} is a record, which DLPack has "
+            "no type for; consumers read it through __cuda_array_interface__ (which keeps its "
+            "fields)"
+        )
     consumer = _consumer_stream(stream, op)
     version = _version(max_version, op)
     if not tensor.ptr and tensor.nbytes:
