@@ -557,6 +557,7 @@ class ParamBlockBase:
         except BaseException:
             self.restore(saved)
             raise
+        self.forget()  # the last arguments packed are no longer what the block holds
         return new_args, spans
 
     def pack_slot(self, i: int, a: Any, state: Any, op: str) -> Span | None:

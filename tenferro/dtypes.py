@@ -224,6 +224,13 @@ def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
         raise ValidationError(f"{op}: dtype {dt} is not a structured dtype")
     if dt.hasobject:
         raise ValidationError(f"{op}: dtype {dt} holds Python objects; the device cannot")
+    try:
+        _ = dt.descr  # what __cuda_array_interface__ describes a record by
+    except ValueError:
+        raise ValidationError(
+            f"{op}: dtype {dt} has fields out of order or overlapping, which "
+            "__cuda_array_interface__ cannot describe; order its fields by offset"
+        ) from None
     fields: Mapping[str, Any] = dt.fields or {}
     for name in dt.names:
         field = fields[name][0]

@@ -50,9 +50,19 @@ _INVALIDATED_WHY = (
 class Graph:
     """An instantiated CUDA graph of a session; replay with `launch`."""
 
-    __slots__ = ("__weakref__", "_exec", "_graph", "kernels", "node_count", "owners", "state")
+    __slots__ = (
+        "__weakref__",
+        "_exec",
+        "_exec_source",
+        "_graph",
+        "kernels",
+        "node_count",
+        "owners",
+        "state",
+    )
     state: Any
     _graph: int
+    _exec_source: int
     _exec: _driver.ExecutableGraph | None
     node_count: int
     owners: list[Any]
@@ -72,29 +82,54 @@ class Graph:
         kernels: list[tuple[Any, ...]] | tuple[()] = (),
     ) -> None:
         self.state = state
-        self._graph = 0
+        self._graph = self._exec_source = 0
         self._exec = None
         self.node_count = node_count
         self.owners = owners
         self.kernels = ()
         self._exec = _driver.ExecutableGraph(graph, state.stream, "session.capture")
-        self._graph = graph  # owned from here on; before, the capture destroys it on failure
+        # owned from here on; before, the capture destroys it on failure. _graph is the graph
+        # a new executable graph would be made from; _exec_source the one the executable graph
+        # was made from (an update in place keeps it: its nodes name the executable's nodes).
+        self._graph = self._exec_source = graph
         self.kernels = self._kernels_of(kernels)
 
-    def _kernels_of(self, captured: list[tuple[Any, ...]] | tuple[()]) -> tuple[GraphKernel, ...]:
-        """The `GraphKernel` s of what `SessionState.note_captured_kernel` recorded."""
-        me = weakref.ref(self)
-        return tuple(GraphKernel(self.state, me, *record) for record in captured if record[0])
+    def _kernels_of(
+        self, captured: list[tuple[Any, ...]] | tuple[()], exec_nodes: list[int] | None = None
+    ) -> tuple[GraphKernel, ...]:
+        """The `GraphKernel` s of what `SessionState.note_captured_kernel` recorded.
 
-    def set_kernel_params(self, node: int, param_pointers: int, op: str) -> None:
-        """Give kernel ``node`` the arguments ``param_pointers`` points to (`GraphKernel`)."""
+        ``exec_nodes``: the nodes of the executable graph's source that they are, in order,
+        where that is another graph than theirs (an update in place); None: their own.
+        """
+        me = weakref.ref(self)
+        records = [record for record in captured if record[0]]
+        if exec_nodes is not None and len(exec_nodes) != len(records):
+            return ()  # not the same kernels: none can be changed in place
+        kernels = []
+        for i, (node, fn, config, packed, args, spans) in enumerate(records):
+            exec_node = node if exec_nodes is None else exec_nodes[i]
+            kernels.append(GraphKernel(self.state, me, node, fn, config, packed, args, spans))
+            kernels[-1].exec_node = exec_node
+        return tuple(kernels)
+
+    def set_kernel_params(
+        self, exec_node: int, graph_node: int, param_pointers: int, op: str
+    ) -> None:
+        """Give a kernel node the arguments ``param_pointers`` points to (`GraphKernel`)."""
         if self._exec is None:
             raise RuntimeStateError(
                 f"{op}: the graph cannot replay: making its executable graph again after a "
                 "refused update failed; capture anew, or capture the same work again with "
                 "update=graph"
             )
-        self._exec.set_kernel_params(node, param_pointers, op)
+        self._exec.set_kernel_params(exec_node, graph_node, param_pointers, op)
+
+    def _made_from(self, source: int) -> None:
+        """The executable graph is now made from ``source``: the old source goes if unused."""
+        old, self._exec_source = self._exec_source, source
+        if old and old not in (source, self._graph):
+            _driver.graph_destroy(old)
 
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on the session's stream, or on another stream of its device.
@@ -171,9 +206,9 @@ class Graph:
             except BaseException:
                 _driver.graph_destroy(graph)
                 raise
-            why = None
+            why, in_place = None, False
         else:
-            why = self._exec.update(graph, op)
+            why, in_place = self._exec.update(graph, op), True
             if why is not None:  # the driver may have left it part-updated: made anew
                 stale, self._exec = self._exec, None
                 stale.destroy()  # launches in flight finish first; the driver frees it after
@@ -182,6 +217,9 @@ class Graph:
                 except BaseException:  # the graph can no longer replay; graph is still owned
                     _driver.graph_destroy(graph)
                     raise
+                self._made_from(self._graph)  # the kernels' nodes are the executable's again
+                for kernel in self.kernels:
+                    kernel.made_anew()
         if why is not None:
             _driver.graph_destroy(graph)
             raise ValidationError(
@@ -189,19 +227,29 @@ class Graph:
                 f"it cannot update it ({why}); capture without update= for a new graph"
             )
         self.state.liveness.hold(self.owners)  # replays in flight may still use them
-        if self.kernels:  # and the spans given to its kernels since
-            self.state.liveness.hold(self.kernels)
-            for kernel in self.kernels:
+        old_kernels = self.kernels
+        if old_kernels:  # and the spans given to its kernels since
+            self.state.liveness.hold(old_kernels)
+            for kernel in old_kernels:
                 kernel.retire()
-        old, self._graph = self._graph, graph
+        old_graphs = {self._graph, self._exec_source}
+        self._graph = graph
         self.node_count, self.owners = node_count, owners
-        self.kernels = self._kernels_of(kernels)
-        _driver.graph_destroy(old)
+        if in_place:  # the executable graph is still the one made from _exec_source
+            exec_nodes = [kernel.exec_node for kernel in old_kernels]
+            self.kernels = self._kernels_of(kernels, exec_nodes)
+        else:
+            self._exec_source = graph
+            self.kernels = self._kernels_of(kernels)
+        for unused in old_graphs - {self._graph, self._exec_source, 0}:
+            _driver.graph_destroy(unused)
 
     def __del__(self) -> None:
         exec_graph, graph = getattr(self, "_exec", None), getattr(self, "_graph", 0)
-        self._exec, self._graph = None, 0
-        if exec_graph is None and not graph:
+        source = getattr(self, "_exec_source", 0)
+        self._exec, self._graph, self._exec_source = None, 0, 0
+        graphs = (graph, source) if source and source != graph else (graph,)
+        if exec_graph is None and not any(graphs):
             return
         try:  # never raise from a finaliser (at exit, the modules' globals may be gone)
             if _driver.forked_child():  # a forked child's graphs are the parent's
@@ -210,9 +258,9 @@ class Graph:
             if live is None or not live.capturing:  # its session's capture, or one on this thread
                 live = capture_on_this_thread()
             if live is not None and live.capturing:  # a destroy now would invalidate the capture
-                live.defer_release(lambda: _destroy(exec_graph, graph))
+                live.defer_release(lambda: _destroy(exec_graph, graphs))
             else:
-                _destroy(exec_graph, graph)
+                _destroy(exec_graph, graphs)
         except Exception:
             pass
 
@@ -238,6 +286,7 @@ class GraphKernel:
         "_snapshot",
         "args",
         "config",
+        "exec_node",
         "fn",
         "spans",
         "state",
@@ -247,6 +296,7 @@ class GraphKernel:
     config: Any
     args: list[Any]
     spans: list[Any]
+    exec_node: int
     _graph: Callable[[], Graph | None] | None
     _node: int
     _param_block: Any
@@ -265,7 +315,10 @@ class GraphKernel:
     ) -> None:
         self.state = state
         self._graph = graph
-        self._node = node
+        self._node = node  # in the graph a new executable graph would be made from
+        # the same node in the graph the executable graph was made from (another graph after
+        # an update in place: the Graph sets it then)
+        self.exec_node = node
         self.fn = fn
         self.config = config
         self._param_block = None  # made at the first change, from the bytes captured
@@ -343,6 +396,10 @@ class GraphKernel:
         """Refuse changes from now on: a new capture replaced the graph's kernels."""
         self._graph = None
 
+    def made_anew(self) -> None:
+        """The executable graph was made again from this kernel's own graph: its node is it."""
+        self.exec_node = self._node
+
     def _check(self, op: str) -> tuple[Graph, Any]:
         """The graph and the packed block to change, once the change may go ahead."""
         st = self.state
@@ -366,7 +423,7 @@ class GraphKernel:
     ) -> None:
         """Hand the packed block to the node; on a refusal, put the bytes back."""
         try:
-            graph.set_kernel_params(self._node, block.address, op)
+            graph.set_kernel_params(self.exec_node, self._node, block.address, op)
         except KernelFault as exc:
             block.restore(saved)
             raise self.state.record_fault(exc) from None
@@ -386,11 +443,11 @@ def _replay_on(exec_graph: _driver.ExecutableGraph, stream: int, st: Any, op: st
     order_after(st.stream, stream, st.import_event, op)
 
 
-def _destroy(exec_graph: _driver.ExecutableGraph | None, graph: int) -> None:
-    """Destroy a Graph's executable and graph; never raises (a finaliser calls it)."""
+def _destroy(exec_graph: _driver.ExecutableGraph | None, graphs: tuple[int, ...]) -> None:
+    """Destroy a Graph's executable graph and graphs; never raises (a finaliser calls it)."""
     for destroy in (
         exec_graph and exec_graph.destroy,
-        graph and (lambda: _driver.graph_destroy(graph)),
+        *(graph and functools.partial(_driver.graph_destroy, graph) for graph in graphs),
     ):
         try:
             if destroy:
@@ -406,9 +463,10 @@ class Capture:
     whose condition a kernel of the graph sets.
     """
 
-    __slots__ = ("_bodies", "_saved_holds", "graph", "running", "state", "update")
+    __slots__ = ("_bodies", "_paused_graph", "_saved_holds", "graph", "running", "state", "update")
     _saved_holds: list[Any] | None
     _bodies: list[int]
+    _paused_graph: int
     graph: Graph | None
     running: bool
     state: Any
@@ -425,6 +483,7 @@ class Capture:
         self.graph = None
         self.running = False  # inside the block: conditions are arguments then
         self._bodies = []  # the conditional nodes whose bodies are being captured, outermost first
+        self._paused_graph = 0  # the graph a conditional body paused: ours if the capture fails
 
     def condition(self, default: int = 1) -> GraphCondition:
         """A condition for `capture_if` or `capture_while`, which a kernel of the graph sets.
@@ -534,9 +593,14 @@ class Capture:
                 f"{op}: condition was made in another conditional body than this one; make it "
                 "where its node goes"
             )
-        graph, node = _driver.conditional_begin(
-            st.stream, st.context.handle, condition.handle, loop, op
-        )
+        try:
+            graph, node = _driver.conditional_begin(
+                st.stream, st.context.handle, condition.handle, loop, op
+            )
+        except KernelFault as exc:
+            raise st.record_fault(exc) from None
+        if not self._bodies:
+            self._paused_graph = graph
         condition.drives = "while" if loop else "if"
         self._bodies.append(node)
         kernels, st.capture_kernels = st.capture_kernels, None  # a body's kernels: not listed
@@ -546,10 +610,15 @@ class Capture:
             try:
                 _driver.conditional_end(st.stream, graph, node, op)
             except BackendError as end_exc:
+                if isinstance(end_exc, KernelFault):
+                    end_exc = st.record_fault(end_exc)
                 exc.add_note(f"tenferro: ending the {condition.drives} body also failed: {end_exc}")
             raise
         else:
-            _driver.conditional_end(st.stream, graph, node, op)
+            try:
+                _driver.conditional_end(st.stream, graph, node, op)
+            except KernelFault as exc:
+                raise st.record_fault(exc) from None
         finally:
             self._bodies.pop()
             st.capture_kernels = kernels
@@ -584,9 +653,15 @@ class Capture:
         self._saved_holds = None
         kernels, st.capture_kernels = st.capture_kernels or [], None
         st.refresh_fast_path()
+        paused, self._paused_graph = self._paused_graph, 0
         try:
             graph = _driver.capture_end(st.stream, "session.capture")
+            if not graph and paused:  # a capture into our own graph ended without it
+                _driver.graph_destroy(paused)
         except BackendError as end_exc:
+            if paused:  # a capture into our own graph leaves it to us when it fails
+                with contextlib.suppress(BackendError):
+                    _driver.graph_destroy(paused)
             if isinstance(end_exc, KernelFault):
                 end_exc = st.record_fault(end_exc)
             elif end_exc.result_name == _INVALIDATED and LEGACY in st.ordering.in_order_with:

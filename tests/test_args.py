@@ -1434,3 +1434,20 @@ def test_a_graph_condition_packs_its_handle_only_inside_its_capture():
     ):
         block.pack([cond, 1.0, 5], state, "bound_launch.update")
     assert _read(block, 2, "<q") == 0x1234_5678_9ABC  # the refusals wrote nothing
+
+
+def test_a_slot_replaced_makes_the_next_pack_of_the_old_list_write_it_all_again():
+    b = _block()
+    first = [_mut(0x1000), _ref(0x2000), tf.f32(1.5), tf.u32(7), 2.0, 3]
+    b.pack(first, None, "session.launch")
+    _, spans = b.replace(first, 0, _mut(0x5000), None, "graph_kernel.update")
+    assert _read(b, 0, "<Q") == 0x5000 and [sp.ptr for sp in spans] == [0x5000, 0x2000]
+    b.pack(first, None, "graph_kernel.set_args")  # the very objects packed before the replace
+    assert _read(b, 0, "<Q") == 0x1000, "the block holds what it was last given, not a list"
+    with pytest.raises(tf.ValidationError, match=r"^graph_kernel\.update: index=6 is out"):
+        b.replace(first, 6, 1, None, "graph_kernel.update")
+    with pytest.raises(
+        tf.ValidationError, match=r"^graph_kernel\.update: args\[0\] .* and args\[1\] .* overlap"
+    ):
+        b.replace(first, 1, _ref(0x1000), None, "graph_kernel.update")
+    assert _read(b, 1, "<Q") == 0x2000  # a refused replace writes nothing

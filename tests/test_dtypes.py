@@ -232,3 +232,15 @@ def test_record_types_refuse_what_the_device_cannot_hold(dtype, msg):
         dtypes.from_numpy(dtype, "session.upload")
     with pytest.raises(tf.ValidationError, match=r"^op: dtype int32 is not a structured dtype"):
         dtypes.record_type(np.dtype(np.int32), "op")
+
+
+def test_a_record_whose_fields_are_out_of_order_is_refused_as_the_interface_cannot_say_it():
+    swapped = np.dtype({"names": ["x", "y"], "formats": ["<f4", "<f4"], "offsets": [4, 0]})
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.upload: dtype .* has fields out of order or overlapping, which "
+        r"__cuda_array_interface__ cannot describe; order its fields by offset",
+    ):
+        dtypes.from_numpy(swapped, "session.upload")
+    ordered = np.dtype({"names": ["y", "x"], "formats": ["<f4", "<f4"], "offsets": [0, 4]})
+    assert dtypes.from_numpy(ordered).itemsize == 8

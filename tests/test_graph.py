@@ -195,10 +195,10 @@ class _Exec:
         self.updates.append((graph, op))
         return self.refuse
 
-    def set_kernel_params(self, node, param_pointers, op):
+    def set_kernel_params(self, exec_node, graph_node, param_pointers, op):
         if self.refuse_params:
             raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_INVALID_VALUE")
-        self.params.append((node, param_pointers, op))
+        self.params.append((exec_node, graph_node, param_pointers, op))
 
     refuse = None
     fail = False
@@ -336,7 +336,13 @@ def test_an_update_takes_the_new_captures_owners_and_holds_the_old(stand_in_grap
     assert first_exec.updates == [(0x20, "session.capture")] and g._exec is first_exec
     assert g.owners == ["new owners"] and g.node_count == 2 and g._graph == 0x20
     assert g.state.liveness.held == [old_owners]  # replays in flight still use them
-    assert destroyed == [0x10]  # the old graph; the executable one lives on, updated
+    # the executable graph lives on, updated; the graph it was made from stays beside it (its
+    # nodes name the executable's), and a second update lets the first update's graph go
+    assert destroyed == [] and g._exec_source == 0x10
+    g.take_update(0x30, 2, ["newer owners"], "session.capture")
+    assert destroyed == [0x20] and (g._graph, g._exec_source) == (0x30, 0x10)
+    g.__del__()  # what dropping it runs (the fixture still holds it)
+    assert sorted(destroyed) == [0x10, 0x20, 0x30]  # each once
 
 
 def test_a_refused_update_leaves_the_graph_as_it_was(stand_in_graph):
@@ -703,10 +709,10 @@ def test_a_graph_kernel_starts_from_the_bytes_captured_and_hands_its_block_to_th
     kernel.update(1, 9)
     (block,) = fn.blocks
     assert block.bytes == b"\x01\x09" and kernel.args == [1, 9]
-    assert g._exec.params == [(0x77, 0xB10C, "graph_kernel.update")]
+    assert g._exec.params == [(0x77, 0x77, 0xB10C, "graph_kernel.update")]
     kernel.set_args([3, 4])
     assert block.bytes == b"\x03\x04" and kernel.args == [3, 4]
-    assert g._exec.params[-1] == (0x77, 0xB10C, "graph_kernel.set_args")
+    assert g._exec.params[-1] == (0x77, 0x77, 0xB10C, "graph_kernel.set_args")
 
 
 def test_a_change_the_driver_refuses_leaves_the_kernel_as_it_was(stand_in_graph):
@@ -749,8 +755,8 @@ def test_an_update_capture_retires_the_old_kernels_and_holds_them(stand_in_graph
     assert g.state.liveness.held[-1] == (old,)  # replays in flight may read what it was given
     with pytest.raises(tf.RuntimeStateError, match=r"'scale' was updated by a new capture since"):
         old.update(0, 1)
-    new.update(0, 3)
-    assert g._exec.params == [(0x88, 0xB10C, "graph_kernel.update")]
+    new.update(0, 3)  # the node of the graph the executable graph was made from, and its own
+    assert g._exec.params == [(0x77, 0x88, 0xB10C, "graph_kernel.update")]
 
 
 def test_a_kernel_of_a_graph_that_is_gone_refuses_changes(stand_in_graph):
@@ -1012,6 +1018,41 @@ def test_a_conditional_body_is_captured_between_begin_and_end(conditional_captur
         assert calls[-1][0] == "end"
     assert calls[-1] == ("end", 0x5, 0x60, 0x72, "capture.capture_while")
     assert st.capture_kernels == [] and again.drives == "while" and inner.drives == "if"
+
+
+def test_a_capture_that_fails_after_a_conditional_body_destroys_the_graph_it_paused(
+    conditional_capture, monkeypatch
+):
+    from tenferro import graph as graph_part
+
+    cap, _, _ = conditional_capture
+    destroyed = []
+    monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
+
+    def invalidated(stream, op):
+        raise tf.BackendError(f"{op}: the driver returned CUDA_ERROR_ILLEGAL_STATE")
+
+    monkeypatch.setattr(graph_part._driver, "capture_end", invalidated)
+    with cap.capture_if(cap.condition()):
+        pass
+    with pytest.raises(tf.BackendError, match="CUDA_ERROR_ILLEGAL_STATE"):
+        cap.__exit__(None, None, None)
+    assert destroyed == [0x60] and cap.graph is None  # the graph the body's begin paused
+
+
+def test_a_graph_made_anew_after_a_refused_update_names_its_own_nodes_again(stand_in_graph):
+    g, fn = _graph_with_kernel(stand_in_graph)
+    destroyed = stand_in_graph[1]
+    g.take_update(0x40, 2, ["new"], "session.capture", [(0x88, fn, "cfg", b"\x07", (7,), [])])
+    (kernel,) = g.kernels
+    assert (kernel.exec_node, g._exec_source) == (0x77, 0x30)  # updated in place
+    _Exec.refuse = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"
+    with pytest.raises(tf.ValidationError, match=r"not the same work"):
+        g.take_update(0x50, 2, ["other"], "session.capture", [])
+    assert g._exec.graph == 0x40 and g._exec_source == 0x40  # made anew from its own graph
+    assert kernel.exec_node == 0x88 and 0x30 in destroyed and 0x50 in destroyed
+    kernel.update(0, 9)
+    assert g._exec.params[-1] == (0x88, 0x88, 0xB10C, "graph_kernel.update")
 
 
 def test_a_body_that_raises_is_ended_and_its_exception_wins(conditional_capture):

@@ -173,3 +173,12 @@ def test_a_descr_that_is_not_the_records_fields_is_refused(cai, descr):
     good = cai(0x7000, (3,), "|V12")
     good.__cuda_array_interface__["descr"] = [("x", "<f4"), ("n", "<i8")]  # 12 bytes: taken
     assert read_cai(good, "session.tensor").scalar_type.itemsize == 12
+
+
+def test_a_struct_in_a_struct_is_read_from_its_nested_descr(cai):
+    inner = np.dtype([("b", "u1"), ("c", "<f8")], align=True)
+    nested = np.dtype([("a", "<f4"), ("inner", inner), ("d", "<i2", (2,))], align=True)
+    producer = cai(0x7000, (3,), nested.str)
+    producer.__cuda_array_interface__["descr"] = nested.descr  # padding at both levels
+    t = read_cai(producer, "session.tensor").scalar_type
+    assert t.numpy == nested and t is tf_dtypes.from_numpy(nested)

@@ -9,7 +9,7 @@ the same stream into the node's body until `conditional_end` resumes it after th
 
 from __future__ import annotations
 
-from .results import check, cu, fail
+from .results import check, cu, fail, result_name
 
 __all__ = [
     "ExecutableGraph",
@@ -85,7 +85,7 @@ def conditional_begin(
     check(op, cu.cuStreamEndCapture(s))  # paused: the graph is ours until it resumes
     err = cu.cuStreamBeginCaptureToGraph(s, body, None, None, 0, _thread_local())[0]
     if err:
-        _resume(s, graph, node, op)
+        _resume(s, graph, node, op, err)
         raise fail(op, err)
     return int(graph), int(node)
 
@@ -94,14 +94,22 @@ def conditional_end(stream: int, graph: int, node: int, op: str) -> None:
     """End the capture of a conditional node's body; the capture of ``graph`` resumes after it."""
     s = cu.CUstream(stream)
     err = cu.cuStreamEndCapture(s)[0]
-    _resume(s, cu.CUgraph(graph), cu.CUgraphNode(node), op)
+    _resume(s, cu.CUgraph(graph), cu.CUgraphNode(node), op, err)
     if err:
         raise fail(op, err)
 
 
-def _resume(s: object, graph: object, node: object, op: str) -> None:
-    """Capture ``s`` into ``graph`` again, the next work after ``node``."""
-    check(op, cu.cuStreamBeginCaptureToGraph(s, graph, [node], None, 1, _thread_local()))
+def _resume(s: object, graph: object, node: object, op: str, before: object) -> None:
+    """Capture ``s`` into ``graph`` again, the next work after ``node``.
+
+    ``before`` is the failure that came first (0: none), noted on a failure to resume.
+    """
+    err = cu.cuStreamBeginCaptureToGraph(s, graph, [node], None, 1, _thread_local())[0]
+    if err:
+        exc = fail(op, err)
+        if before:
+            exc.add_note(f"tenferro: before it, the body's capture failed: {result_name(before)}")
+        raise exc
 
 
 def graph_node_count(graph: int) -> int:
@@ -151,24 +159,35 @@ class ExecutableGraph:
         check(op, (err,))
         return None
 
-    def set_kernel_params(self, graph_node: int, param_pointers: int, op: str) -> None:
+    def set_kernel_params(
+        self, exec_node: int, graph_node: int, param_pointers: int, op: str
+    ) -> None:
         """Give a kernel node new arguments for the replays to come, here and in its graph.
 
         ``param_pointers`` is the address of the kernel's array of parameter pointers; the
-        driver copies the values, and replays already enqueued keep the old ones. The node's
-        function, dimensions and attributes stay. The graph it was instantiated from takes
-        them too, so an executable graph made from it again replays them.
+        driver copies the values, and replays already enqueued keep the old ones.
+        ``graph_node`` is the node in the graph an executable graph would be made from again
+        (it takes the arguments too), ``exec_node`` the same node in the graph this one was
+        made from (another graph after an update in place). The function, dimensions and
+        attributes stay.
         """
         node = cu.CUgraphNode(graph_node)
         params = check(op, cu.cuGraphKernelNodeGetParams(node))
         before = params.kernelParams  # the graph node's own copy of the values it has
         params.kernelParams, params.extra = param_pointers, 0
-        check(op, cu.cuGraphExecKernelNodeSetParams(self._exec, node, params))
+        in_exec = cu.CUgraphNode(exec_node)
+        check(op, cu.cuGraphExecKernelNodeSetParams(self._exec, in_exec, params))
         err = cu.cuGraphKernelNodeSetParams(node, params)[0]
         if err:  # the executable graph goes back to the values its graph still has
             params.kernelParams = before
-            cu.cuGraphExecKernelNodeSetParams(self._exec, node, params)
-            raise fail(op, err)
+            back = cu.cuGraphExecKernelNodeSetParams(self._exec, in_exec, params)[0]
+            exc = fail(op, err)
+            if back:
+                exc.add_note(
+                    f"tenferro: putting the old arguments back also failed ({result_name(back)}): "
+                    "the executable graph has the new ones; capture the graph anew"
+                )
+            raise exc
 
     def destroy(self) -> None:
         """Destroy the executable graph (once; later calls do nothing)."""

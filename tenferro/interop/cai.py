@@ -28,25 +28,45 @@ def _int_tuple(v: Any, what: str, op: str) -> tuple[int, ...]:
 def _record_of(descr: Any, itemsize: int, op: str) -> np.dtype:
     """The structured dtype a CAI ``descr`` lists, ``itemsize`` bytes in all.
 
-    Named fields at their offsets, ``""`` for padding, as numpy's ``dtype.descr`` writes it.
+    Named fields at their offsets, ``""`` for padding, and a struct in the struct as a list
+    of its own, as numpy's ``dtype.descr`` writes them.
     """
-    names, formats, offsets, at = [], [], [], 0
     try:
-        for entry in descr:
-            name = entry[0]
-            fmt = np.dtype(entry[1] if len(entry) == 2 else (entry[1], tuple(entry[2])))
-            if name:
-                names.append(name)
-                formats.append(fmt)
-                offsets.append(at)
-            at += fmt.itemsize
+        dtype = _fields_of(descr)
     except (TypeError, ValueError, IndexError, KeyError):
-        at = -1
-    if not names or at != itemsize:
+        dtype = None
+    if dtype is None or dtype.itemsize != itemsize:
         raise ValidationError(
             f"{op}: __cuda_array_interface__ {descr=} is not a list of (name, typestr) fields "
             f"that make up the {itemsize}-byte record its typestr says"
         )
+    return dtype
+
+
+def _fields_of(descr: Any) -> np.dtype | None:
+    """The dtype of a descr list (None: no named field); raises for what is not one."""
+    if isinstance(descr, (str, bytes)):
+        raise TypeError(descr)
+    names: list[str] = []
+    formats: list[np.dtype] = []
+    offsets: list[int] = []
+    at = 0
+    for entry in descr:
+        name, kind = entry[0], entry[1]
+        fmt = _fields_of(kind) if isinstance(kind, list) else np.dtype(kind)
+        if fmt is None:
+            raise ValueError(kind)
+        if len(entry) == 3:
+            fmt = np.dtype((fmt, tuple(entry[2])))
+        elif len(entry) != 2:
+            raise ValueError(entry)
+        if name:
+            names.append(name)
+            formats.append(fmt)
+            offsets.append(at)
+        at += fmt.itemsize
+    if not names:
+        return None
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": at})
 
 
