@@ -926,6 +926,9 @@ def test_graph_kernel_refusals_name_the_argument_and_change_nothing(session, rng
         kernel.update(2, tf.f32(2.0))
     (fresh,) = graph.kernels
     assert fresh is not kernel and fresh.args[2].data == tf.f32(-1.0).data
+    fresh.update(2, tf.f32(3.0))  # a node of the graph updated in place changes as well
+    graph.launch()  # y += 3x, after the first replay's y += x
+    np.testing.assert_allclose(session.download(y), y0 + 4.0 * x0.astype(np.float64), rtol=1e-5)
     del other, graph
     gc.collect()
     with pytest.raises(
