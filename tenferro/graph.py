@@ -490,7 +490,9 @@ class Capture:
 
         Pass it to a kernel where the kernel takes a ``cudaGraphConditionalHandle``; the
         kernel calls ``cudaGraphSetConditional(handle, value)`` (declared by
-        ``<cuda_device_runtime_api.h>``, resolved when the module loads). At the start of
+        ``<cuda_device_runtime_api.h>``, or by the kernel itself as
+        ``extern "C" __device__ void cudaGraphSetConditional(unsigned long long, unsigned)``;
+        the driver provides it when the module loads). At the start of
         every replay the condition is ``default`` again. Made inside a conditional body, it
         drives a node of that body.
 

@@ -1398,7 +1398,7 @@ def test_a_struct_of_another_size_or_alignment_is_refused_and_nothing_written(i,
 # --- a graph condition as an argument -------------------------------------------------------------
 
 CONDITION_SRC = r"""
-#include <cuda_device_runtime_api.h>
+typedef unsigned long long cudaGraphConditionalHandle;
 extern "C" __global__ void c(cudaGraphConditionalHandle h, float x, long long s) {}
 """
 

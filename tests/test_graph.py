@@ -900,8 +900,8 @@ def test_graph_kernel_refusals_name_the_argument_and_change_nothing(session, rng
         (lambda: kernel.set_args([session.tensor_mut(y)]), r"^graph_kernel\.set_args: .*takes 4"),
         (lambda: kernel.set_args("y"), r"^graph_kernel\.set_args: args must be a list or tuple"),
         (
-            lambda: kernel.set_args([session.tensor(y), session.tensor(x), 1.0, N]),
-            r"^graph_kernel\.set_args: args\[0\]",
+            lambda: kernel.set_args([session.tensor_mut(y), session.tensor(x), 1.0, -1]),
+            r"^graph_kernel\.set_args: args\[3\]",
         ),
     ]
     for refused, message in refusals:
@@ -1120,7 +1120,10 @@ def test_conditional_refusals_make_no_driver_call(conditional_capture, monkeypat
 # --- conditional nodes: if and while, driven by a condition a kernel sets -----------------------
 
 CONDITIONAL = r"""
-#include <cuda_device_runtime_api.h>
+// cudaGraphSetConditional as <cuda_device_runtime_api.h> declares it (that header needs the
+// toolkit's crt/ headers); the driver provides it when the module loads.
+typedef unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ void cudaGraphSetConditional(cudaGraphConditionalHandle h, unsigned int v);
 extern "C" __global__ void halve(float* x, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= 0.5f;

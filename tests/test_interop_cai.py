@@ -159,7 +159,14 @@ def test_a_record_array_is_read_with_its_fields_from_descr(cai):
 
 @pytest.mark.parametrize(
     "descr",
-    [[("x", "<f4")], "nope", [("x",)], [], [("", "|V16")], [("x", "<f4"), ("n", "<i8")]],
+    [
+        [("x", "<f4")],
+        "nope",
+        [("x",)],
+        [],
+        [("", "|V8"), ("", "|V8")],
+        [("x", "<f4"), ("n", "<i8")],
+    ],
 )
 def test_a_descr_that_is_not_the_records_fields_is_refused(cai, descr):
     producer = cai(0x7000, (3,), "|V16")
@@ -182,3 +189,15 @@ def test_a_struct_in_a_struct_is_read_from_its_nested_descr(cai):
     producer.__cuda_array_interface__["descr"] = nested.descr  # padding at both levels
     t = read_cai(producer, "session.tensor").scalar_type
     assert t.numpy == nested and t is tf_dtypes.from_numpy(nested)
+
+
+def test_a_record_array_without_descr_takes_its_fields_from_the_producers_dtype(cai):
+    record = np.dtype([("x", "<f4"), ("n", "<i4")])
+    producer = cai(0x7000, (3,), "|V8")  # as numba's device arrays give it: no descr
+    producer.dtype = record
+    assert read_cai(producer, "session.tensor").scalar_type.numpy == record
+    producer.__cuda_array_interface__["descr"] = [("", "|V8")]  # the interface's default
+    assert read_cai(producer, "session.tensor").scalar_type.numpy == record
+    producer.dtype = np.dtype([("x", "<f8"), ("y", "<f8")])  # 16 bytes: not this typestr's
+    with pytest.raises(tf.ValidationError, match=r"^session\.tensor: dtype \|V8 is not supported"):
+        read_cai(producer, "session.tensor")

@@ -891,7 +891,7 @@ def test_numba_and_cuda_c_kernels_update_record_arrays_in_place(session, rng):
     a, b = session.upload(p0), session.upload(p0)
     assert a.dtype == PARTICLE and a.shape == (n,)
     for _ in range(3):
-        session.launch(nk, tf.LaunchConfig.flat(n), [session.tensor_mut(a), tf.f32(dt), n])
+        session.launch(nk, tf.LaunchConfig.flat(n), [session.tensor_mut(a), tf.f32(dt), tf.i64(n)])
         session.launch(ck, tf.LaunchConfig.flat(n), [session.tensor_mut(b), tf.f32(dt), n])
     x, hits = _advanced(p0, dt, 3)
     for got in (session.download(a), session.download(b)):
@@ -914,7 +914,9 @@ def test_a_numba_record_array_is_a_span_and_its_layout_is_checked(session, rng):
     theirs = cuda.to_device(p0, stream=0)
     cuda.synchronize()
     nk = session.numba_kernel(advance)
-    session.launch(nk, tf.LaunchConfig.flat(n), [session.tensor_mut(theirs), tf.f32(0.5), n])
+    session.launch(
+        nk, tf.LaunchConfig.flat(n), [session.tensor_mut(theirs), tf.f32(0.5), tf.i64(n)]
+    )
     got = session.download(session.tensor(theirs))
     x, _ = _advanced(p0, 0.5, 1)
     np.testing.assert_allclose(got["x"], x, rtol=1e-5, atol=1e-6)

@@ -326,6 +326,11 @@ def test_a_child_forked_after_a_session_is_refused_and_the_parent_goes_on(device
     lines, err, rc = _run_gpu_script(
         tmp_path,
         """
+        import warnings
+
+        # Python 3.12 warns that a process with threads (the driver's, numba's) forks: true,
+        # and what this test is about; the refusals below are what the child sees.
+        warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
         s = tf.Session.open(0)
         fn = s.compile(AXPY).function("axpy")
         print("parent before:", axpy_right(s, fn))
@@ -459,7 +464,14 @@ def test_four_threads_each_with_a_session_launch_and_copy_at_once(device, rng):
         for t in threads:
             t.join(timeout=120)
         assert errors == [] and len(rounds) == 4 and min(rounds) > 0, (errors, rounds)
-        assert s.memory_stats()["used_bytes"] == before  # each thread's memory came back
+        import gc
+
+        from tenferro import _driver
+
+        gc.collect()  # the threads' last Tensors, freed stream-ordered once their work is done
+        _driver.context_synchronize()
+        after = s.memory_stats()["used_bytes"]
+        assert after == before, f"{after - before} bytes of the threads' memory not back"
         print("rounds per thread:", rounds)
 
 
@@ -539,13 +551,18 @@ def test_ctrl_c_from_a_timer_mid_loop_leaves_the_session_usable_and_memory_comes
                     wrong.append((k, "axpy after the interrupt"))
                 del bound, dy
         print("interrupted:", interrupted, "wrong:", wrong)
+        import gc
+        from tenferro import _driver
+
+        gc.collect()
         with tf.Session(0) as s:
-            print("memory back:", s.memory_stats()["used_bytes"] == base)
+            _driver.context_synchronize()  # frees of the loop's last Tensors have run
+            print("bytes not back:", s.memory_stats()["used_bytes"] - base)
         """,
         _seed(rng),
     )
     assert rc == 0 and "Traceback" not in err, err
-    assert lines == ["interrupted: 40 wrong: []", "memory back: True"]
+    assert lines == ["interrupted: 40 wrong: []", "bytes not back: 0"]
 
 
 EXIT_CASES = {

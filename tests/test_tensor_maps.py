@@ -251,3 +251,18 @@ def test_a_bound_launchs_update_with_a_map_holds_its_span(encoded):
     state = _State()
     tm = tf.tensor_map(_span((64, 96), state=state), (16, 32))
     assert span_of(tm) is tm.span  # what BoundLaunch.update keeps and checks for overlaps
+
+
+def test_the_encode_call_passes_the_bindings_own_argument_conversion():
+    # cuda.bindings takes lists of its cuuint32_t/cuuint64_t, not ints; converting happens
+    # before the driver is asked, so a machine without one sees the driver's absence instead.
+    from tenferro import _driver
+
+    try:
+        _driver.tensor_map_encode(
+            "FLOAT32", 0x7000, (96, 64), (384,), (32, 16), (1, 1), "NONE", "NONE", "NONE", "op"
+        )
+    except TypeError as exc:
+        raise AssertionError(f"the arguments were not converted: {exc}") from None
+    except Exception:  # no driver here (or it refused the fake address): past the conversion
+        pass

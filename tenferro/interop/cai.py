@@ -73,6 +73,9 @@ def _fields_of(descr: Any) -> np.dtype | None:
 def read_cai(x: Any, op: str) -> Foreign:
     """Read ``x.__cuda_array_interface__`` (versions 2 and 3).
 
+    A record array's fields come from ``descr``, or, where the producer gives none (numba's
+    device arrays), from its own numpy ``dtype`` of the typestr's size.
+
     Refused (`ValidationError`): a ``mask``, a malformed shape/strides/data, a typestr the
     device has no type for, and a ``stream`` the stream rule refuses (0: ambiguous).
     """
@@ -101,9 +104,14 @@ def read_cai(x: Any, op: str) -> Foreign:
     typestr = cai.get("typestr")
     try:
         dtype = np.dtype(typestr)
-        descr = cai.get("descr")
-        if dtype.kind == "V" and descr is not None:  # a record: its fields are in descr
-            dtype = _record_of(descr, dtype.itemsize, op)
+        if dtype.kind == "V":  # a record: its fields are in descr, or in the producer's dtype
+            descr = cai.get("descr")
+            if descr is not None and list(descr) != [("", typestr)]:  # not the default
+                dtype = _record_of(descr, dtype.itemsize, op)
+            else:
+                own = getattr(x, "dtype", None)  # numba's device arrays give no descr
+                if isinstance(own, np.dtype) and own.names and own.itemsize == dtype.itemsize:
+                    dtype = own
         t = dtypes.from_numpy(dtype, op)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
