@@ -463,9 +463,19 @@ class Capture:
     whose condition a kernel of the graph sets.
     """
 
-    __slots__ = ("_bodies", "_paused_graph", "_saved_holds", "graph", "running", "state", "update")
+    __slots__ = (
+        "_bodies",
+        "_conditions",
+        "_paused_graph",
+        "_saved_holds",
+        "graph",
+        "running",
+        "state",
+        "update",
+    )
     _saved_holds: list[Any] | None
     _bodies: list[int]
+    _conditions: list[GraphCondition]
     _paused_graph: int
     graph: Graph | None
     running: bool
@@ -484,6 +494,7 @@ class Capture:
         self.running = False  # inside the block: conditions are arguments then
         self._bodies = []  # the conditional nodes whose bodies are being captured, outermost first
         self._paused_graph = 0  # the graph a conditional body paused: ours if the capture fails
+        self._conditions = []  # the conditions made in the block
 
     def condition(self, default: int = 1) -> GraphCondition:
         """A condition for `capture_if` or `capture_while`, which a kernel of the graph sets.
@@ -521,9 +532,9 @@ class Capture:
                 f"CUDA {version // 1000}.{version % 1000 // 10}"
             )
         handle = _driver.conditional_handle_create(st.stream, st.context.handle, default, op)
-        return GraphCondition(
-            st, self, handle, int(default), self._bodies[-1] if self._bodies else 0
-        )
+        made_in = self._bodies[-1] if self._bodies else 0
+        self._conditions.append(GraphCondition(st, self, handle, int(default), made_in))
+        return self._conditions[-1]
 
     def capture_if(self, condition: GraphCondition) -> contextlib.AbstractContextManager[None]:
         """``with cap.capture_if(condition):`` the block's work runs at a replay if it is set.
@@ -566,6 +577,17 @@ class Capture:
             BackendError: The driver refused the node.
         """
         return self._body(condition, True, "capture.capture_while")
+
+    def _unused_conditions(self) -> ValidationError | None:
+        """The refusal of a capture whose conditions do not all drive a node, or None."""
+        unused = [c for c in self._conditions if c.drives is None]
+        if not unused:
+            return None
+        return ValidationError(
+            f"session.capture: {len(unused)} condition(s) made with cap.condition() drive no "
+            "node; the driver cannot make a graph with them: give each a capture_if or "
+            "capture_while block, or make only those the capture uses"
+        )
 
     def _check_running(self, op: str) -> Any:
         st = self.state
@@ -673,6 +695,9 @@ class Capture:
             if exc is not None:
                 exc.add_note(f"tenferro: ending the capture also failed: {end_exc}")
                 return
+            unused = self._unused_conditions()
+            if unused is not None:
+                raise unused from None
             raise end_exc from None
         finally:
             live.free_deferred()
@@ -682,6 +707,11 @@ class Capture:
             if exc is not None:  # the body raised: its partial graph is discarded
                 _driver.graph_destroy(graph)
                 return
+            unused = self._unused_conditions()
+            if unused is not None:  # the driver would refuse the graph with INVALID_VALUE
+                _driver.graph_destroy(graph)
+                graph = 0
+                raise unused
             count = _driver.graph_node_count(graph)
             if count == 0:
                 _driver.graph_destroy(graph)

@@ -928,7 +928,9 @@ def test_graph_kernel_refusals_name_the_argument_and_change_nothing(session, rng
     assert fresh is not kernel and fresh.args[2].data == tf.f32(-1.0).data
     fresh.update(2, tf.f32(3.0))  # a node of the graph updated in place changes as well
     graph.launch()  # y += 3x, after the first replay's y += x
-    np.testing.assert_allclose(session.download(y), y0 + 4.0 * x0.astype(np.float64), rtol=1e-5)
+    np.testing.assert_allclose(
+        session.download(y), y0 + 4.0 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
+    )
     del other, graph
     gc.collect()
     with pytest.raises(
@@ -1041,6 +1043,27 @@ def test_a_capture_that_fails_after_a_conditional_body_destroys_the_graph_it_pau
     with pytest.raises(tf.BackendError, match="CUDA_ERROR_ILLEGAL_STATE"):
         cap.__exit__(None, None, None)
     assert destroyed == [0x60] and cap.graph is None  # the graph the body's begin paused
+
+
+def test_a_capture_with_a_condition_that_drives_no_node_is_refused_and_its_graph_destroyed(
+    conditional_capture, monkeypatch
+):
+    from tenferro import graph as graph_part
+
+    cap, _, _ = conditional_capture
+    destroyed = []
+    monkeypatch.setattr(graph_part._driver, "graph_destroy", destroyed.append)
+    monkeypatch.setattr(graph_part._driver, "capture_end", lambda stream, op: 0x60)
+    cap.condition()
+    with cap.capture_while(cap.condition()):
+        pass
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.capture: 1 condition\(s\) made with cap\.condition\(\) drive no node; "
+        r"the driver cannot make a graph with them",
+    ):
+        cap.__exit__(None, None, None)
+    assert destroyed == [0x60] and cap.graph is None
 
 
 def test_a_graph_made_anew_after_a_refused_update_names_its_own_nodes_again(stand_in_graph):
@@ -1191,11 +1214,12 @@ def test_an_if_node_runs_its_body_only_when_the_kernel_sets_the_condition(sessio
         session.launch(add_one, tf.LaunchConfig.flat(COND_N), [session.tensor_mut(x), COND_N])
     set_node, after = cap.graph.kernels  # the kernels outside the body, in order
     assert set_node.fn is set_if and after.fn is add_one
-    cap.graph.launch()  # flag 1: both adds
-    np.testing.assert_array_equal(session.download(x), x0 + np.float32(2))
+    one = np.float32(1)
+    cap.graph.launch()  # flag 1: both adds, one after the other in float32
+    np.testing.assert_array_equal(session.download(x), (x0 + one) + one)
     session.copy(flag, session.upload(np.array([-3], np.int32)))
     cap.graph.launch()  # flag -3: the add after the node only
-    np.testing.assert_array_equal(session.download(x), x0 + np.float32(3))
+    np.testing.assert_array_equal(session.download(x), ((x0 + one) + one) + one)
 
 
 @pytest.mark.gpu
@@ -1206,7 +1230,16 @@ def test_conditions_are_refused_outside_their_capture_and_where_they_do_not_fit(
     x = session.upload(np.zeros(4, np.float32))
     with session.capture() as other:
         foreign = other.condition()
-        session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+        with other.capture_if(foreign):
+            session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.capture: 1 condition\(s\) made with cap\.condition\(\) drive no node",
+    ):
+        with session.capture() as unused:
+            unused.condition()
+            session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(x), 4])
+    assert unused.graph is None
     with pytest.raises(tf.RuntimeStateError, match=r"^capture\.condition: only inside the capture"):
         other.condition()
     with pytest.raises(

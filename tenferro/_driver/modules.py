@@ -167,4 +167,4 @@ def tensor_map_encode(
             getattr(cu.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{oob_fill}"),
         ),
     )
-    return struct.pack("<16Q", *encoded.opaque)
+    return struct.pack("<16Q", *(int(word) for word in encoded.opaque))
