@@ -932,6 +932,7 @@ def test_graph_kernel_refusals_name_the_argument_and_change_nothing(session, rng
         session.download(y), y0 + 4.0 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
     )
     del other, graph
+    session.synchronize()  # the session held the graph until the stream passed its replays
     gc.collect()
     with pytest.raises(
         tf.RuntimeStateError, match=r"^graph_kernel\.set_args: the graph of 'axpy' is gone"
@@ -1228,6 +1229,7 @@ def test_conditions_are_refused_outside_their_capture_and_where_they_do_not_fit(
     set_if, add_one = mod.function("set_if_positive"), mod.function("add_one")
     flag = session.upload(np.array([1], np.int32))
     x = session.upload(np.zeros(4, np.float32))
+    scratch = session.upload(np.zeros(4, np.float32))
     with session.capture() as other:
         foreign = other.condition()
         with other.capture_if(foreign):
@@ -1256,6 +1258,8 @@ def test_conditions_are_refused_outside_their_capture_and_where_they_do_not_fit(
                 cap.condition(default=default)
         lowest, highest = cap.condition(default=0), cap.condition(default=2**32 - 1)
         assert (lowest.default, highest.default) == (0, 2**32 - 1)
+        with cap.capture_if(highest):  # nonzero: its body runs at every replay
+            session.launch(add_one, tf.LaunchConfig(1, 4), [session.tensor_mut(scratch), 4])
         with pytest.raises(
             tf.ValidationError,
             match=r"^capture\.capture_if: condition must be a GraphCondition of this capture "
@@ -1282,9 +1286,10 @@ def test_conditions_are_refused_outside_their_capture_and_where_they_do_not_fit(
             match=r"^capture\.capture_while: condition already drives an if node",
         ):
             cap.capture_while(lowest).__enter__()
-    assert cap.graph.node_count == 2  # the set kernel and the if node
+    assert cap.graph.node_count == 3  # the if node on highest, the set kernel, lowest's node
     cap.graph.launch()
     np.testing.assert_array_equal(session.download(x), np.ones(4, np.float32))
+    np.testing.assert_array_equal(session.download(scratch), np.ones(4, np.float32))
 
 
 @pytest.mark.gpu
