@@ -931,7 +931,7 @@ def test_graph_kernel_refusals_name_the_argument_and_change_nothing(session, rng
     np.testing.assert_allclose(
         session.download(y), y0 + 4.0 * x0.astype(np.float64), rtol=1e-5, atol=1e-5
     )
-    del other, graph
+    del other, graph, cap  # cap.graph is the graph too
     session.synchronize()  # the session held the graph until the stream passed its replays
     gc.collect()
     with pytest.raises(
