@@ -310,15 +310,17 @@ class SessionState:
     def note_captured_kernel(
         self, op: str, fn: Any, config: Any, param_block: Any, args: Any, spans: list[Any]
     ) -> None:
-        """Inside ``s.capture()``, remember the kernel just enqueued as its graph's node.
+        """Remember the kernel just enqueued as a node of the graph being captured.
 
-        What a `GraphKernel` is made from: the node, the function and config, the packed
-        bytes as launched (the block is repacked by later launches) and the arguments.
+        Called only while `capture_kernels` is a list (inside ``s.capture()``), so that a
+        launch outside a capture pays one attribute test. What a `GraphKernel` is made from:
+        the node, the function and config, the packed bytes as launched (the block is
+        repacked by later launches) and the arguments.
         """
-        kernels = self.capture_kernels
-        if kernels is not None:
-            node = _driver.capture_last_node(self.stream, op)
-            kernels.append((node, fn, config, param_block.snapshot(), tuple(args), spans))
+        node = _driver.capture_last_node(self.stream, op)
+        self.capture_kernels.append(  # type: ignore[union-attr]
+            (node, fn, config, param_block.snapshot(), tuple(args), spans)
+        )
 
     def enqueue_fast(
         self, op: str, name: str, launch: Callable[[int], int], record_address: int

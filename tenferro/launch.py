@@ -112,7 +112,8 @@ def launch_checked(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, .
     launcher = _driver.launcher(True) if config.extended else st.launcher
     # spans held always: during a capture the graph takes its owners from the holds
     st.enqueue(op, fn.name, config, launcher, fn.record_address, spans)
-    st.note_captured_kernel(op, fn, config, param_block, args, spans)
+    if st.capture_kernels is not None:
+        st.note_captured_kernel(op, fn, config, param_block, args, spans)
 
 
 def bind(st: Any, fn: Any, config: Any, args: list[Any] | tuple[Any, ...]) -> BoundLaunch:
@@ -202,9 +203,10 @@ class BoundLaunch:
                 st.check_use(op)
                 # held at every call: during a capture the graph takes its owners from them
                 st.enqueue(op, self._name, self.config, self._launch, self._record_address, self)
-                st.note_captured_kernel(
-                    op, self.fn, self.config, self._param_block, self.args, self.spans
-                )
+                if st.capture_kernels is not None:
+                    st.note_captured_kernel(
+                        op, self.fn, self.config, self._param_block, self.args, self.spans
+                    )
                 return
             st.enqueue_fast(op, self._name, self._launch, self._record_address)
             live = st.liveness

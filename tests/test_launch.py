@@ -850,3 +850,37 @@ def test_a_launch_with_a_priority_runs_and_one_past_the_devices_range_is_refused
     np.testing.assert_array_equal(session.download(ty), y)  # nothing ran
     session.launch(fn, tf.LaunchConfig(16, 256, priority=0), args)  # 0: the lowest, always in
     np.testing.assert_allclose(session.download(ty), 2 * x.astype(np.float64) + y, atol=1e-5)
+
+
+def test_a_checked_launch_is_noted_as_a_graph_node_only_inside_a_capture():
+    # launch_checked asks the state to note the kernel only while a capture lists kernels:
+    # outside one a launch pays an attribute test, not the call.
+    import types
+
+    from tenferro.args import ParamBlock
+    from tenferro.dtypes import by_name
+    from tenferro.launch import launch_checked
+    from tenferro.module import Function
+
+    enqueued, noted = [], []
+    st = types.SimpleNamespace(
+        capture_kernels=None,
+        launcher=lambda address: 0,
+        check_use=lambda op: None,
+        liveness=types.SimpleNamespace(hold=lambda held: None),
+        enqueue=lambda op, name, *rest: enqueued.append(name),
+        note_captured_kernel=lambda op, fn, *rest: noted.append(fn),
+    )
+    fn = object.__new__(Function)
+    fn.state, fn.name, fn.record_address = st, "axpy", 1
+    fn.param_block = ParamBlock(tf.compile_cuda(AXPY).signatures["axpy"])
+    cfg = tf.LaunchConfig.flat(8)
+    fn.checked_configs, fn.record_config = {cfg}, cfg
+    f32 = by_name("f32")
+    y = tf.TensorMut(0x1000, (8,), (4,), f32, 0, None, st)
+    x = tf.TensorRef(0x2000, (8,), (4,), f32, 0, None, st)
+    launch_checked(st, fn, cfg, [y, x, tf.f32(2.0), tf.u32(8)])
+    assert enqueued == ["axpy"] and noted == []  # no capture: nothing noted
+    st.capture_kernels = []
+    launch_checked(st, fn, cfg, [y, x, tf.f32(3.0), tf.u32(8)])
+    assert enqueued == ["axpy", "axpy"] and noted == [fn]

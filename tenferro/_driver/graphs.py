@@ -9,6 +9,8 @@ the same stream into the node's body until `conditional_end` resumes it after th
 
 from __future__ import annotations
 
+from typing import Any
+
 from .results import check, cu, fail, result_name
 
 __all__ = [
@@ -38,23 +40,28 @@ def capture_end(stream: int, op: str) -> int:
     return int(check(op, cu.cuStreamEndCapture(cu.CUstream(stream))) or 0)
 
 
+def _capture_info(s: object, op: str) -> tuple[Any, list[Any]]:
+    """(the graph ``s`` is capturing into, the nodes its next work will depend on)."""
+    info = check(op, cu.cuStreamGetCaptureInfo(s))
+    # (status, id, graph, dependencies, ...): CUDA 13 adds the edge data before the count
+    return info[2], info[3]
+
+
 def capture_last_node(stream: int, op: str) -> int:
     """The node the work last captured on ``stream`` became; 0 where it is not one node.
 
     A capturing stream's dependencies are what its next work will wait for: just after a
     launch, the launch's kernel node alone.
     """
-    info = check(op, cu.cuStreamGetCaptureInfo(cu.CUstream(stream)))
-    # (status, id, graph, dependencies, ...): CUDA 13 adds the edge data before the count
-    dependencies = info[3]
+    dependencies = _capture_info(cu.CUstream(stream), op)[1]
     return int(dependencies[0]) if len(dependencies) == 1 else 0
 
 
 def conditional_handle_create(stream: int, context: int, default: int, op: str) -> int:
     """A condition of the graph ``stream`` is capturing into, ``default`` at every replay."""
-    info = check(op, cu.cuStreamGetCaptureInfo(cu.CUstream(stream)))
+    graph = _capture_info(cu.CUstream(stream), op)[0]
     res = cu.cuGraphConditionalHandleCreate(
-        info[2], cu.CUcontext(context), default, cu.CU_GRAPH_COND_ASSIGN_DEFAULT
+        graph, cu.CUcontext(context), default, cu.CU_GRAPH_COND_ASSIGN_DEFAULT
     )
     return int(check(op, res))
 
@@ -68,8 +75,7 @@ def conditional_begin(
     caller ends that with `conditional_end`. Returns (the paused graph, the node).
     """
     s = cu.CUstream(stream)
-    info = check(op, cu.cuStreamGetCaptureInfo(s))
-    graph, dependencies = info[2], info[3]
+    graph, dependencies = _capture_info(s, op)
     params = cu.CUgraphNodeParams()
     params.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
     params.conditional.handle = condition
