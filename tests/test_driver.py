@@ -358,3 +358,36 @@ def test_a_known_device_attribute_is_asked_once(monkeypatch):
     assert ctx.attribute("MAX_THREADS_PER_BLOCK") == 1024
     assert ctx.attribute("MAX_THREADS_PER_BLOCK") == 1024
     assert asked == [cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK]
+
+
+def test_a_free_without_a_stream_synchronizes_then_gives_the_bytes_back_to_their_pool(monkeypatch):
+    # cuMemFree on pool memory neither waits for the work using it nor returns it to the
+    # pool (the pool counts it used for good): a free after the session's stream is gone
+    # synchronizes the context and frees into the pool on the legacy stream.
+    from cuda.bindings import driver as cu
+
+    from tenferro._driver import memory
+
+    ok, calls = cu.CUresult.CUDA_SUCCESS, []
+
+    class _Cu:
+        CUdeviceptr, CUstream, CU_STREAM_LEGACY = cu.CUdeviceptr, cu.CUstream, cu.CU_STREAM_LEGACY
+
+        def cuCtxSynchronize(self):
+            calls.append("synchronize")
+            return (ok,)
+
+        def cuMemFreeAsync(self, ptr, stream):
+            calls.append(("free async", int(ptr), int(stream)))
+            return (ok,)
+
+        def cuMemFree(self, ptr):
+            calls.append(("free", int(ptr)))
+            return (ok,)
+
+    monkeypatch.setattr(memory, "cu", _Cu())
+    _driver.mem_free(0x7000)
+    assert calls == ["synchronize", ("free async", 0x7000, int(cu.CU_STREAM_LEGACY))]
+    calls.clear()
+    _driver.mem_free_async(0x8000, 5)  # the session's own stream, while it exists
+    assert calls == [("free async", 0x8000, 5)]

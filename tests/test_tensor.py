@@ -172,6 +172,29 @@ def test_preview_of_a_device_tensor_is_its_values_as_numpy_prints_them(session, 
     assert "Tensor(shape=(7, 9), dtype=f64" in repr(t)
 
 
+@pytest.mark.gpu
+def test_a_tensor_dropped_after_its_session_closed_gives_its_bytes_back_to_the_pool(device, rng):
+    # A Tensor a consumer kept past the block (or a thread's last locals) is freed without a
+    # stream; its bytes must go back to the pool, not stay counted as used.
+    import gc
+
+    from tenferro import _driver
+
+    def used():
+        with tf.Session(device) as s:
+            _driver.context_synchronize()
+            return s.memory_stats()["used_bytes"]
+
+    before = used()
+    with tf.Session(device) as s:
+        x = rng.standard_normal(1 << 16).astype(np.float32)
+        t = s.upload(x)
+    assert used() - before == t.nbytes  # alive: still used
+    del t
+    gc.collect()
+    assert used() == before
+
+
 def test_a_tensor_whose_allocation_failed_frees_nothing(monkeypatch):
     from tenferro import dtypes
 

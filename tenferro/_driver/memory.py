@@ -31,8 +31,15 @@ def mem_free_async(ptr: int, stream: int) -> None:
 
 
 def mem_free(ptr: int) -> None:
-    """Free after all work on the device that uses it (for a stream that no longer exists)."""
-    check("cuMemFree", cu.cuMemFree(cu.CUdeviceptr(ptr)))
+    """Free after all work of the current context (for a stream that no longer exists).
+
+    The context is synchronized, then the memory goes back to its pool on the legacy stream:
+    cuMemFree would not synchronize for pool memory, and the pool would count it used for good.
+    """
+    check("cuCtxSynchronize", cu.cuCtxSynchronize())
+    check(
+        "cuMemFreeAsync", cu.cuMemFreeAsync(cu.CUdeviceptr(ptr), cu.CUstream(cu.CU_STREAM_LEGACY))
+    )
 
 
 def memcpy_htod_async(dst: int, src_host: int, nbytes: int, stream: int, op: str) -> None:
