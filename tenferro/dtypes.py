@@ -53,6 +53,11 @@ class ScalarType:
     dl_bits: int
     ptx: str
     fmt: str  # struct format of the packed bits
+    alignment: int = 0  # bytes an element's address is a multiple of; 0: the itemsize
+
+    def __post_init__(self) -> None:
+        if not self.alignment:
+            object.__setattr__(self, "alignment", self.itemsize)
 
     @property
     def is_float(self) -> bool:
@@ -207,6 +212,16 @@ def _record_name(dt: np.dtype) -> str:
     return f"record({', '.join(fields)}; {dt.itemsize} bytes)"
 
 
+def _alignment(dt: np.dtype) -> int:
+    """The alignment a C struct of ``dt``'s fields has: its widest scalar field's."""
+    fields: Mapping[str, Any] = dt.fields or {}
+    widest = 1
+    for name in dt.names or ():
+        base = fields[name][0].base
+        widest = max(widest, _alignment(base) if base.names else _BY_NUMPY[base].alignment)
+    return widest
+
+
 def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
     """The record type of a numpy structured dtype: one object per dtype (equal dtypes, one).
 
@@ -233,15 +248,30 @@ def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
         ) from None
     fields: Mapping[str, Any] = dt.fields or {}
     for name in dt.names:
-        field = fields[name][0]
+        field, offset = fields[name][:2]
         if field.base.names:  # a struct in the struct: its own fields checked the same way
-            record_type(field.base, op)
+            align = record_type(field.base, op).alignment
         elif not field.isnative or _BY_NUMPY.get(field.base) is None:
             raise ValidationError(
                 f"{op}: dtype {dt}: field {name!r} ({field}) is not a device type in the "
                 "host's byte order"
             )
-    t = ScalarType(_record_name(dt), RECORD, dt.itemsize, dt, -1, 8 * dt.itemsize, "", "")
+        else:
+            align = _BY_NUMPY[field.base].alignment
+        if offset % align:
+            raise ValidationError(
+                f"{op}: dtype {dt}: field {name!r} at offset {offset} is not aligned to the "
+                f"{align} bytes the device reads it in; make the dtype with align=True"
+            )
+    alignment = _alignment(dt)
+    if dt.itemsize % alignment:
+        raise ValidationError(
+            f"{op}: dtype {dt} is {dt.itemsize} bytes, not a multiple of its {alignment}-byte "
+            "alignment, so every other element would be misaligned; make it with align=True"
+        )
+    t = ScalarType(
+        _record_name(dt), RECORD, dt.itemsize, dt, -1, 8 * dt.itemsize, "", "", alignment
+    )
     return _RECORDS.setdefault(dt, t)  # one object even when two threads make it at once
 
 

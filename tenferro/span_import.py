@@ -72,7 +72,7 @@ def import_span(
             nbytes >= 0
             and dtype is None
             and cls is not DeviceBytes
-            and not ptr % t.itemsize
+            and not ptr % t.alignment
             and ptr + nbytes <= _ADDRESS_END
         ):
             return kept_compact(st, cls, ptr, shape, strides, t, nbytes, x)
@@ -143,10 +143,10 @@ def import_span(
             f"{op}: x's {span.nbytes} bytes from 0x{ptr:x} reach outside "
             "the address space; the producer described it wrongly"
         )
-    if span.nbytes and ptr % t.itemsize:
+    if span.nbytes and ptr % t.alignment:
         raise ValidationError(
-            f"{op}: x's data pointer 0x{ptr:x} is not aligned to its "
-            f"{t.itemsize}-byte {t.name} elements"
+            f"{op}: x's data pointer 0x{ptr:x} is not aligned to the "
+            f"{t.alignment} bytes its {t.name} elements need"
         )
     return span
 

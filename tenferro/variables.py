@@ -285,8 +285,8 @@ def module_variable(module: Any, name: str, dtype: Any = None) -> TensorMut | De
         raise ValidationError(
             f"{op}: {name!r} has {nbytes} bytes, not a whole number of {t.name} elements"
         )
-    if ptr % t.itemsize:
+    if ptr % t.alignment:
         raise ValidationError(
-            f"{op}: {name!r} is not aligned to {t.itemsize} bytes, as {t.name} elements must be"
+            f"{op}: {name!r} is not aligned to {t.alignment} bytes, as {t.name} elements must be"
         )
     return TensorMut(ptr, (nbytes // t.itemsize,), (t.itemsize,), t, st.device, module, st)

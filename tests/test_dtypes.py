@@ -211,10 +211,15 @@ def test_a_structured_dtype_is_one_record_type_whatever_its_alignment_flag():
     padded = np.dtype({"names": ["x", "n"], "formats": ["<f4", "<i8"], "offsets": [0, 8]})
     other = dtypes.from_numpy(padded)
     assert other is not t and other.itemsize == 16  # another layout, another type
-    nested = np.dtype([("v", "<f4", (3,)), ("inner", [("a", "<i2"), ("b", "u1")])])
+    nested = np.dtype([("v", "<f4", (3,)), ("inner", [("a", "<i2"), ("b", "u1"), ("c", "u1")])])
     assert dtypes.from_numpy(nested).name == (
-        "record(v f32[3] @0, inner record(a i16 @0, b u8 @2; 3 bytes) @12; 15 bytes)"
+        "record(v f32[3] @0, inner record(a i16 @0, b u8 @2, c u8 @3; 4 bytes) @12; 16 bytes)"
     )
+    # the last layouts accepted: each field at a multiple of its own alignment, and the size
+    # a multiple of the widest one's; the struct aligned as that field
+    assert dtypes.from_numpy(np.dtype([("n", "<i4"), ("d", "<f8")], align=True)).alignment == 8
+    assert dtypes.from_numpy(np.dtype([("d", "<f8"), ("n", "<i4"), ("m", "<i4")])).alignment == 8
+    assert dtypes.from_numpy(np.dtype([("b", "u1"), ("c", "u1"), ("h", "<i2")])).alignment == 2
 
 
 @pytest.mark.parametrize(
@@ -225,6 +230,19 @@ def test_a_structured_dtype_is_one_record_type_whatever_its_alignment_flag():
         (np.dtype([("s", "<U3")]), r"field 's' \(<U3\) is not a device type"),
         (np.dtype([("inner", [("a", ">i2")])]), r"field 'a' \(>i2\) is not a device type"),
         (np.dtype("V8"), r"dtype \|V8 is not supported on the device"),
+        (
+            np.dtype([("n", "<i4"), ("d", "<f8")]),
+            r"field 'd' at offset 4 is not aligned to the 8 bytes the device reads it in; "
+            r"make the dtype with align=True",
+        ),
+        (
+            np.dtype([("d", "<f8"), ("n", "<i4")]),
+            r"is 12 bytes, not a multiple of its 8-byte alignment, so every other element",
+        ),
+        (
+            np.dtype([("b", "u1"), ("inner", [("a", "<i2")])]),
+            r"field 'inner' at offset 1 is not aligned to the 2 bytes",
+        ),
     ],
 )
 def test_record_types_refuse_what_the_device_cannot_hold(dtype, msg):

@@ -178,7 +178,7 @@ def test_a_descr_that_is_not_the_records_fields_is_refused(cai, descr):
     ):
         read_cai(producer, "session.tensor")
     good = cai(0x7000, (3,), "|V12")
-    good.__cuda_array_interface__["descr"] = [("x", "<f4"), ("n", "<i8")]  # 12 bytes: taken
+    good.__cuda_array_interface__["descr"] = [("x", "<f4"), ("n", "<i4"), ("m", "<u4")]  # taken
     assert read_cai(good, "session.tensor").scalar_type.itemsize == 12
 
 

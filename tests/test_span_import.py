@@ -171,7 +171,7 @@ def test_a_direct_import_refuses_misplaced_memory_and_a_session_off_its_fast_pat
     with pytest.raises(
         tf.ValidationError,
         match=r"^session\.tensor: x's data pointer 0x1002 is "
-        r"not aligned to its 4-byte f32 elements",
+        r"not aligned to the 4 bytes its f32 elements need",
     ):
         imports.tensor(s, _Fields(0x1002))
     last = _Fields(ADDRESS_END - 48)  # its 48 bytes end where the address space does
@@ -369,6 +369,30 @@ def test_a_strided_foreign_span_is_checked_on_both_sides(
             imports.import_span(s, x, cls, None, True, op)
 
 
+def test_a_record_array_is_aligned_as_its_widest_field_not_as_its_size(cai, foreign_reads):
+    # A 12-byte struct of f32/i32 fields sits at any 4-byte address (numba places them so).
+    from tenferro import span_import as imports
+
+    record = np.dtype([("x", "<f4"), ("v", "<f4"), ("hits", "<i4")])
+    s, op = ImportingSession(), "session.tensor_mut"
+
+    def producer(ptr):
+        x = cai(ptr, (5,), record.str, stream=7)
+        x.__cuda_array_interface__["descr"] = record.descr
+        return x
+
+    span = imports.import_span(s, producer(0x1004), tf.TensorMut, None, False, op)
+    assert (span.ptr, span.scalar_type.alignment, span.scalar_type.itemsize) == (0x1004, 4, 12)
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^session\.tensor_mut: x's data pointer 0x1002 is not aligned to the 4 bytes "
+        r"its record\(x f32 @0, v f32 @4, hits i32 @8; 12 bytes\) elements need",
+    ):
+        imports.import_span(s, producer(0x1002), tf.TensorMut, None, False, op)
+    wide = np.dtype([("n", "<i2"), ("d", "<f8")], align=True)  # 16 bytes, aligned as its f8
+    assert dtypes.from_numpy(wide).alignment == 8
+
+
 def test_a_foreign_span_reaches_the_last_address_and_not_past_it(cai, foreign_reads):
     from tenferro import span_import as imports
     from tenferro.spans import ADDRESS_END
@@ -535,7 +559,7 @@ def test_a_compact_torch_tensor_takes_one_call_and_gets_its_span_again(fake_torc
     [
         ("device", 1, r"x lives on device 1, this session is on device 0"),
         ("neg", True, r"x is a negated view"),
-        ("ptr", 0x1002, r"x.s data pointer 0x1002 is not aligned to its 4-byte f32"),
+        ("ptr", 0x1002, r"x.s data pointer 0x1002 is not aligned to the 4 bytes its f32"),
         ("ptr", (1 << 64) - 44, r"x.s 48 bytes from 0x[0-9a-f]+ reach outside the address space"),
         ("strides", (1, 4), r"x has non-compact strides=\(4, 16\)"),
     ],

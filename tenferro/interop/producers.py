@@ -217,7 +217,7 @@ def compact_span(
     None where it is misaligned or reaches outside the address space: `import_span` says which.
     """
     layout = layouts.get((shape, t.itemsize)) or compact_layout(shape, t.itemsize)
-    if ptr % t.itemsize or ptr + layout[2] > ADDRESS_END:
+    if ptr % t.alignment or ptr + layout[2] > ADDRESS_END:
         return None
     return keep(
         kept[cls], id(x), cls.compact(ptr, layout[0], layout[1], t, layout[2], st.device, x, st)
