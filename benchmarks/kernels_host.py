@@ -93,9 +93,7 @@ def main() -> int:
     ns = ap.parse_args()
     import torch
 
-    from tenferro import _driver
-
-    _driver.build_fast_calls()  # the steady state: a hot process launches through the @njit path
+    tf.build_fast_launcher()  # the steady state: a hot process launches through the @njit path
     torch_stream = torch.cuda.current_stream().cuda_stream
     methods: list[Method] = []
     checked = []

@@ -174,7 +174,7 @@ def main() -> int:
             return
         methods.append(Method(name, go, **kw))
 
-    _driver.build_fast_calls()  # the steady state: a hot process launches through the @njit path
+    tf.build_fast_launcher()  # the steady state: a hot process launches through the @njit path
     with tf.Session(device=0) as s, tempfile.TemporaryDirectory() as tmpdir:
         stream = s.stream
         sync = s.synchronize

@@ -40,9 +40,8 @@ def main() -> int:
     from torch.library import triton_op, wrap_triton
 
     import tenferro.torch as tft
-    from tenferro import _driver
 
-    _driver.build_fast_calls()
+    tf.build_fast_launcher()
 
     @triton.jit
     def axpy_sin_kernel(y_ptr, x_ptr, a, n, BLOCK: tl.constexpr):

@@ -55,7 +55,7 @@ def main() -> int:
     methods: list[Method] = []
     from tenferro import _driver
 
-    _driver.build_fast_calls()  # the steady state: a hot process launches through the @njit path
+    tf.build_fast_launcher()  # the steady state: a hot process launches through the @njit path
     with tf.Session(0) as s, tf.Session(0, stream=torch_stream) as st:
         cfg = tf.LaunchConfig.flat(N, 256)
         fn, fn_t = s.compile(SRC).function("axpy"), st.compile(SRC).function("axpy")

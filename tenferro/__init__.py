@@ -34,6 +34,7 @@ from .errors import (
     ValidationError,
 )
 from .events import Event
+from .launch import build_fast_launcher
 from .launch_config import LaunchConfig
 from .module import Function, Module
 from .session import Session, from_dlpack
@@ -62,6 +63,7 @@ __all__ = [
     "ValidationError",
     "bf16",
     "__version__",
+    "build_fast_launcher",
     "cache_stats",
     "compile_cuda",
     "device_count",

@@ -22,10 +22,44 @@ from .spans import Span
 if TYPE_CHECKING:
     from .args import ParamBlockBase
 
-__all__ = ["BoundLaunch", "bind", "launch", "checked_function", "launch_checked"]
+__all__ = [
+    "BoundLaunch",
+    "bind",
+    "build_fast_launcher",
+    "checked_function",
+    "launch",
+    "launch_checked",
+]
 
 _get_ident = threading.get_ident
 _is = operator.is_
+
+
+def build_fast_launcher(wait: bool = True) -> bool:
+    """Build the compiled launcher now, instead of after the process's 4096th launch.
+
+    Launches start on the Python bindings' ``cuLaunchKernel`` and switch to numba ``@njit``
+    calls into libcuda (about a microsecond less a launch) once a background thread has compiled
+    them, which starts when the process has made 4096 launches and stream waits. Call this
+    before timing launches (a benchmark, a notebook) or at a server's start, so that no
+    measurement straddles the switch. It changes how the driver is called, never what a
+    launch checks. ``TENFERRO_FAST_LAUNCH=0`` turns the compiled launcher off.
+
+    Args:
+        wait: Return once the build is done (seconds, the first time in a process: numba's
+            CPU compiler starts); False starts it in the background and returns at once.
+
+    Returns:
+        True when launches now go through the compiled launcher; False with
+        ``TENFERRO_FAST_LAUNCH=0``, without numba, where libcuda cannot be opened by name,
+        or (``wait=False``) while the build is still running.
+
+    Raises:
+        ValidationError: ``wait`` is not a bool.
+    """
+    if type(wait) is not bool:
+        raise ValidationError(f"build_fast_launcher: {wait=} must be True or False")
+    return _driver.build_fast_calls(wait=wait)
 
 
 def checked_function(

@@ -94,3 +94,22 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("skipped, by reason")
         for reason, count in reasons.most_common():
             terminalreporter.write_line(f"{count:5d}  {reason}")
+
+
+@pytest.fixture
+def fresh_fast_calls(monkeypatch):
+    """The process's fast-call state as at its start, with a small HOT_CALLS and a stand-in
+    driver: launches are recorded, not made."""
+    from tenferro._driver import fast_launch
+
+    sent = []
+    monkeypatch.setattr(fast_launch, "_launch_kernel", lambda *a: sent.append(a) or (0,))
+    for name, value in (
+        ("_fast_launch", None),
+        ("_fast_wait", None),
+        ("_calls", 0),
+        ("_build_thread", None),
+        ("HOT_CALLS", 3),
+    ):
+        monkeypatch.setattr(fast_launch, name, value)
+    return sent

@@ -61,23 +61,6 @@ def test_both_ways_of_waiting_for_a_stream_work_and_report_the_driver_result(ses
     assert np.isfinite(session.download(session.upload(np.ones(3)))).all()  # still usable
 
 
-@pytest.fixture
-def fresh_fast_calls(monkeypatch):
-    """The process's fast-call state as at its start, with a small HOT_CALLS and a stand-in
-    driver: launches are recorded, not made."""
-    sent = []
-    monkeypatch.setattr(fast_launch, "_launch_kernel", lambda *a: sent.append(a) or (0,))
-    for name, value in (
-        ("_fast_launch", None),
-        ("_fast_wait", None),
-        ("_calls", 0),
-        ("_build_thread", None),
-        ("HOT_CALLS", 3),
-    ):
-        monkeypatch.setattr(fast_launch, name, value)
-    return sent
-
-
 def test_launches_use_the_bindings_until_the_process_is_hot_then_the_fast_launcher(
     fresh_fast_calls, monkeypatch
 ):

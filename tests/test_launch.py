@@ -884,3 +884,26 @@ def test_a_checked_launch_is_noted_as_a_graph_node_only_inside_a_capture():
     st.capture_kernels = []
     launch_checked(st, fn, cfg, [y, x, tf.f32(3.0), tf.u32(8)])
     assert enqueued == ["axpy", "axpy"] and noted == [fn]
+
+
+def test_the_fast_launcher_is_built_on_request_and_not_when_switched_off(
+    fresh_fast_calls, monkeypatch
+):
+    from tenferro._driver import fast_launch
+
+    built = []
+    monkeypatch.setattr(
+        fast_launch, "_make_njit_launcher", lambda: built.append(1) or (lambda r: 0)
+    )
+    monkeypatch.setattr(fast_launch, "_make_njit_wait", lambda: None)
+    monkeypatch.setenv("TENFERRO_FAST_LAUNCH", "0")
+    assert tf.build_fast_launcher() is False and built == []  # off: nothing built
+    monkeypatch.setenv("TENFERRO_FAST_LAUNCH", "1")
+    for bad in (1, None, "yes"):
+        with pytest.raises(
+            tf.ValidationError, match=r"^build_fast_launcher: wait=.* must be True or False$"
+        ):
+            tf.build_fast_launcher(bad)
+    assert built == [] and fast_launch._build_thread is None  # a refusal starts nothing
+    assert tf.build_fast_launcher() is True and built == [1]
+    assert tf.build_fast_launcher(wait=False) is True and built == [1]  # once a process
