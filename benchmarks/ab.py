@@ -54,8 +54,8 @@ def load_tree(tree: Path, name: str, into: Path) -> Any:
 
 
 def rows(tfm: Any, stack: list[Any], torch: Any) -> dict[str, Callable[[], Any]]:
-    """The timed calls on one tree: ``name -> call``; sessions and graphs go on ``stack``."""
-    s = tfm.Session(0)
+    """The timed calls on one tree: ``name -> call``; its sessions go on ``stack``."""
+    s = tfm.Session(0).__enter__()  # as a with block opens it (the older trees have no open)
     stack.append(s)
     fn = s.compile(SRC).function("axpy")
     cfg = tfm.LaunchConfig.flat(N, 256)
@@ -72,13 +72,11 @@ def rows(tfm: Any, stack: list[Any], torch: Any) -> dict[str, Callable[[], Any]]
     with s.capture() as cap:
         for _ in range(100):
             s.launch(fn, cfg, once)
-    graph = cap.graph
-    stack.append(graph)
-    out["graph replay, 100 kernels"] = graph.launch
+    out["graph replay, 100 kernels"] = cap.graph.launch
     if torch is None:
         return out
     y, x = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
-    st = tfm.Session(0, stream=torch.cuda.current_stream().cuda_stream)
+    st = tfm.Session(0, stream=torch.cuda.current_stream().cuda_stream).__enter__()
     stack.append(st)
     fn_t = st.compile(SRC).function("axpy")
     out["s.launch, torch tensors, own stream"] = lambda: s.launch(
@@ -162,9 +160,8 @@ def main() -> int:
         report[name] = {"before_us": b, "after_us": a, "ratio": med, "iqr": [q[0], q[2]]}
         print(f"{name:48s} {b:9.2f} {a:9.2f} {med:12.3f} {q[0]:6.3f}-{q[2]:.3f}")
     for k in trees:
-        for obj in reversed(stacks[k]):
-            if hasattr(obj, "close"):
-                obj.close()
+        for session in reversed(stacks[k]):
+            session.__exit__(None, None, None)
     if ns.json:
         Path(ns.json).write_text(json.dumps({"rounds": ns.rounds, "rows": report}, indent=1))
     return 0
