@@ -159,7 +159,7 @@ def main() -> int:
         b, a = statistics.median(t["before"]), statistics.median(t["after"])
         report[name] = {"before_us": b, "after_us": a, "ratio": med, "iqr": [q[0], q[2]]}
         print(f"{name:48s} {b:9.2f} {a:9.2f} {med:12.3f} {q[0]:6.3f}-{q[2]:.3f}")
-    for k in trees:
+    for k in reversed(list(trees)):  # the last opened first: each restores the context before it
         for session in reversed(stacks[k]):
             session.__exit__(None, None, None)
     if ns.json:

@@ -322,9 +322,7 @@ class SessionState:
             (node, fn, config, param_block.snapshot(), tuple(args), spans)
         )
 
-    def enqueue_fast(
-        self, op: str, name: str, launch: Callable[[int], int], record_address: int
-    ) -> None:
+    def enqueue_fast(self, op: str, name: str, launch: Callable[[Any], Any], target: Any) -> None:
         """`enqueue` where the caller saw `fast_path_ok` on this thread, holding nothing new.
 
         No timeline and no capture can be running, so there is nothing to time and every
@@ -332,7 +330,7 @@ class SessionState:
         """
         if self.ordering.pending:
             self.ordering.flush(op)
-        err = launch(record_address)
+        err = launch(target)
         if err:
             _driver.raise_launch_error(err, op)
         self.recent_launches.append(name)

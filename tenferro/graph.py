@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,6 +37,8 @@ from .interop.streams import LEGACY, check_context, order_after, stream_value
 from .signature import display_name
 
 __all__ = ["Capture", "Graph", "GraphKernel", "capture", "captured_elsewhere"]
+
+_get_ident = threading.get_ident
 
 _INVALIDATED = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
 _INVALIDATED_WHY = (
@@ -55,6 +58,7 @@ class Graph:
         "_exec",
         "_exec_source",
         "_graph",
+        "_launch_name",
         "kernels",
         "node_count",
         "owners",
@@ -64,6 +68,7 @@ class Graph:
     _graph: int
     _exec_source: int
     _exec: _driver.ExecutableGraph | None
+    _launch_name: str  # how a replay is named among the session's last launches
     node_count: int
     owners: list[Any]
     kernels: tuple[GraphKernel, ...]
@@ -85,6 +90,7 @@ class Graph:
         self._graph = self._exec_source = 0
         self._exec = None
         self.node_count = node_count
+        self._launch_name = f"graph of {node_count} node(s)"
         self.owners = owners
         self.kernels = ()
         self._exec = _driver.ExecutableGraph(graph, state.stream, "session.capture")
@@ -155,6 +161,20 @@ class Graph:
         """
         st = self.state
         op = "graph.launch"
+        exec_graph = self._exec
+        # The steady state: on the session's stream, outside a capture and a timeline.
+        if (
+            stream is None
+            and exec_graph is not None
+            and st.fast_path_ok
+            and _get_ident() == st.thread
+        ):
+            try:
+                st.enqueue_fast(op, self._launch_name, exec_graph.launch, op)
+            except KernelFault as exc:
+                raise st.record_fault(exc) from None
+            st.liveness.hold(self)  # the graph and its owners live until the stream passes
+            return
         other = stream_value(stream, "stream", op, objects=True, handle=True)
         st.check_use(op)
         if st.liveness.capturing:
@@ -165,7 +185,7 @@ class Graph:
                 "graph again after a refused update failed; capture anew, or capture the "
                 "same work again with update=graph"
             )
-        name = f"graph of {self.node_count} node(s)"
+        name = self._launch_name
         try:  # the graph and its owners live until the stream passes the replay
             if other is None or other == st.stream:
                 st.enqueue(op, name, None, self._exec.launch, op, self)

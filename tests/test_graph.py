@@ -525,6 +525,7 @@ class _ReplayingState:
         self.context = types.SimpleNamespace(handle=0xC0, ordinal=0)
         self.liveness = Liveness(0x5, 256, 256 << 20)
         self.ordering = types.SimpleNamespace(pending=[0x44], flush=self._flush)
+        self.fast_path_ok, self.thread = False, None  # a timeline or a capture: the general path
 
     def _flush(self, op):
         self.calls.append(("flush", tuple(self.ordering.pending), op))
@@ -535,6 +536,10 @@ class _ReplayingState:
 
     def enqueue(self, op, name, config, launch, target, holds):
         self.calls.append(("enqueue", name, holds))
+        launch(target)
+
+    def enqueue_fast(self, op, name, launch, target):
+        self.calls.append(("enqueue_fast", name))
         launch(target)
 
 
@@ -597,6 +602,27 @@ def test_a_replay_on_the_sessions_own_stream_needs_no_order(replaying, stream):
         ("enqueue", "graph of 2 node(s)", g),
         ("replay", "own stream", "graph.launch"),
     ]
+
+
+def test_a_replay_in_the_steady_state_takes_the_fast_enqueue_and_holds_the_graph(replaying):
+    import threading
+
+    g, calls = replaying
+    st = g.state
+    st.fast_path_ok, st.thread = True, threading.get_ident()
+    g.launch()
+    assert calls == [
+        ("enqueue_fast", "graph of 2 node(s)"),
+        ("replay", "own stream", "graph.launch"),
+    ]
+    assert st.liveness.held == [g]  # the graph and its owners live until the stream passes
+    calls.clear()
+    g.launch(stream=0x5)  # a stream given, even the session's own: the general path
+    assert calls[0] == ("enqueue", "graph of 2 node(s)", g)
+    calls.clear()
+    st.thread = -1  # another thread: the general path, which refuses it
+    g.launch()
+    assert calls[0] == ("enqueue", "graph of 2 node(s)", g)
 
 
 @pytest.mark.parametrize("stream", [0, 1])  # a driver handle 0 is the NULL (legacy) stream
