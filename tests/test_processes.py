@@ -456,23 +456,20 @@ def test_four_threads_each_with_a_session_launch_and_copy_at_once(device, rng):
         except Exception as exc:  # reported with the others below
             errors.append(f"thread {seed}: {type(exc).__name__}: {exc}")
 
-    with tf.Session(device) as s:
-        before = s.memory_stats()["used_bytes"]
+    from conftest import UNDER_SANITIZER, pool_bytes_used
+
+    before = pool_bytes_used(device)  # earlier tests' garbage freed first
+    with tf.Session(device):  # the main thread has its own session open meanwhile
         threads = [threading.Thread(target=worker, args=(int(seed),)) for seed in seeds]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=120)
         assert errors == [] and len(rounds) == 4 and min(rounds) > 0, (errors, rounds)
-        import gc
-
-        from tenferro import _driver
-
-        gc.collect()  # the threads' last Tensors, freed stream-ordered once their work is done
-        _driver.context_synchronize()
-        after = s.memory_stats()["used_bytes"]
+    print("rounds per thread:", rounds)
+    after = pool_bytes_used(device)  # the threads' last Tensors too, freed after their sessions
+    if not UNDER_SANITIZER:
         assert after == before, f"{after - before} bytes of the threads' memory not back"
-        print("rounds per thread:", rounds)
 
 
 @pytest.mark.gpu
@@ -561,8 +558,12 @@ def test_ctrl_c_from_a_timer_mid_loop_leaves_the_session_usable_and_memory_comes
         """,
         _seed(rng),
     )
+    from conftest import UNDER_SANITIZER
+
     assert rc == 0 and "Traceback" not in err, err
-    assert lines == ["interrupted: 40 wrong: []", "bytes not back: 0"]
+    assert lines[0] == "interrupted: 40 wrong: []"
+    if not UNDER_SANITIZER:
+        assert lines[1] == "bytes not back: 0"
 
 
 EXIT_CASES = {

@@ -104,7 +104,7 @@ def test_misaligned_masked_and_stream_zero_are_refused(session, cai):
     with pytest.raises(
         tf.ValidationError,
         match=r"session\.tensor: x's data pointer .* not "
-        r"aligned to its 4-byte f32",
+        r"aligned to the 4 bytes its f32",
     ):
         session.tensor(cai(t.ptr + 2, (8,), "<f4", keep=t))
     with pytest.raises(
