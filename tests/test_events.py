@@ -34,8 +34,15 @@ def test_events_time_work_and_order_streams(session, rng):
         start.elapsed_ms(session.record_event(timing=False))
     with pytest.raises(tf.ValidationError, match=r"session\.wait: event must be an Event"):
         session.wait("now")
-    # A second session (own stream) waits on the first one's event without a host block.
+    # A second session (own stream) waits on the first one's event without a host block. Its
+    # span of y and its first launch come first, so the import's own ordering is spent: the
+    # wait alone orders the copy after the slow write.
     with tf.Session() as s2:
+        fn2 = s2.compile(AXPY).function("slow_scale")
+        out = s2.upload(np.full(n, np.nan))
+        copy_y = [s2.tensor_mut(out), s2.tensor(y), 1.0, n, 0]
+        s2.launch(fn2, tf.LaunchConfig.flat(n), copy_y)
+        s2.synchronize()
         session.launch(
             fn,
             tf.LaunchConfig.flat(n),
@@ -43,8 +50,9 @@ def test_events_time_work_and_order_streams(session, rng):
         )
         done = session.record_event(timing=False)
         s2.wait(done)
-        out = s2.download(y)  # s2's stream is ordered after the first session's launch
-    np.testing.assert_array_equal(out, 4.0 * session.download(x))
+        s2.launch(fn2, tf.LaunchConfig.flat(n), copy_y)  # the same span objects: no new import
+        got = s2.download(out)
+    np.testing.assert_array_equal(got, 4.0 * session.download(x))
 
 
 class _EventState:
