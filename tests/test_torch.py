@@ -162,6 +162,25 @@ def test_a_fused_op_in_place_matches_float64_eager_and_compiled(torch_cuda):
 
 
 @pytest.mark.gpu
+def test_an_op_outside_a_capture_lets_its_inputs_go_once_the_stream_has_passed(torch_cuda):
+    # Only inside torch's capture does the session keep an op's tensors until it closes (the
+    # graph may replay them); outside, a synchronize lets them go.
+    import weakref
+
+    import tenferro.torch as tft
+
+    torch = torch_cuda
+    axpy_sin = _ops()["axpy_sin"]
+    x, y, x0, y0 = _inputs(torch, 4096, 8)
+    axpy_sin(y, x, 1.5)
+    gone = weakref.ref(x)
+    del x
+    tft.session_for().synchronize()
+    assert gone() is None, "the session kept an input of an op no graph captured"
+    np.testing.assert_allclose(y.cpu().numpy(), _axpy_sin_ref(y0, x0, 1.5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
 def test_a_fused_op_captured_in_a_torch_cuda_graph_replays_right(torch_cuda):
     torch = torch_cuda
     axpy_sin = _ops()["axpy_sin"]
