@@ -252,7 +252,7 @@ def main() -> int:
         if ns.matmul_sweep:
             from tenferro.kernels import gemm
 
-            for size in (4096, 8192):
+            for size in (2048, 4096, 8192):
                 a = s.upload(
                     rng.standard_normal((size, size), dtype=np.float32).astype(ml_dtypes.bfloat16)
                 )
@@ -262,14 +262,14 @@ def main() -> int:
                 cm = s.alloc_output((size, size), np.float32)
                 ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
                 t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
-                for kernel, tile in [("mma.sync", t) for t in gemm.BF16_TILES] + [
-                    ("wgmma", t) for t in gemm.WGMMA_TILES
-                ]:
-                    gemm.WGMMA = kernel == "wgmma"
-                    if gemm.WGMMA:
-                        gemm.WGMMA_TILE = tile
-                    else:
-                        gemm.BF16_TILE = tile
+                for kernel, tile in (
+                    [("mma.sync", t) for t in gemm.BF16_TILES]
+                    + [("wgmma", t) for t in gemm.WGMMA_TILES]
+                    + [("tma", t) for t in gemm.TMA_STAGES]
+                ):
+                    gemm.WGMMA, gemm.TMA = kernel != "mma.sync", kernel == "tma"
+                    name = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_STAGE"}
+                    setattr(gemm, name[kernel], tile)
                     t = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
                     print(
                         f"matmul sweep {size} {kernel} tile {tile}: "

@@ -26,10 +26,12 @@ def test_matmul_f32(session, rng, m, n, kk):
     )
 
 
-# (kernel, tile): the mma.sync kernel at each compiled tile, and on Hopper the wgmma one.
+# (kernel, tile): the mma.sync kernel at each compiled tile, and on Hopper the wgmma one and the
+# TMA one (its tile: the stages).
 BF16_KERNELS = [
     *(("mma.sync", t) for t in gemm.BF16_TILES),
     *(("wgmma", t) for t in gemm.WGMMA_TILES),
+    *(("tma", t) for t in gemm.TMA_STAGES),
 ]
 
 
@@ -52,10 +54,12 @@ BF16_KERNELS = [
 )  # partial tiles on every side
 def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk):
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    if kernel == "wgmma" and session.context.compute_capability != (9, 0):
-        pytest.skip("wgmma needs compute capability 9.0")
-    monkeypatch.setattr(gemm, "WGMMA", kernel == "wgmma")
-    monkeypatch.setattr(gemm, "WGMMA_TILE" if kernel == "wgmma" else "BF16_TILE", tile)
+    if kernel != "mma.sync" and session.context.compute_capability != (9, 0):
+        pytest.skip(f"{kernel} needs compute capability 9.0")
+    monkeypatch.setattr(gemm, "WGMMA", kernel != "mma.sync")
+    monkeypatch.setattr(gemm, "TMA", kernel == "tma")
+    tile_name = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_STAGE"}[kernel]
+    monkeypatch.setattr(gemm, tile_name, tile)
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
     out = poisoned(session, (m, n), np.float32)
@@ -74,6 +78,7 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m,
 def test_matmul_refuses_more_rows_than_the_grid_holds(session, monkeypatch, wgmma, kk):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     monkeypatch.setattr(gemm, "WGMMA", wgmma)
+    monkeypatch.setattr(gemm, "TMA", False)  # its persistent grid has no such bound
     m = 65535 * 128 + 1  # one row past the grid's y extent at 128-row tiles
     a = session.alloc_output((m, kk), ml_dtypes.bfloat16)
     b = session.alloc_output((kk, 8), ml_dtypes.bfloat16)
