@@ -162,6 +162,7 @@ def main() -> int:
     for k in reversed(list(trees)):  # the last opened first: each restores the context before it
         for session in reversed(stacks[k]):
             session.__exit__(None, None, None)
+    shutil.rmtree(into, ignore_errors=True)  # the copies, imported already
     if ns.json:
         Path(ns.json).write_text(json.dumps({"rounds": ns.rounds, "rows": report}, indent=1))
     return 0

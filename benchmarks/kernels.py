@@ -71,6 +71,10 @@ def _timed(label, fn, spin, record, elapsed_ms):
     return statistics.median(dev)
 
 
+# The module-level choices of kernels/gemm.py a matmul sweep changes (and puts back).
+_GEMM_CHOICES = ("WGMMA", "TMA", "BF16_TILE", "WGMMA_TILE", "TMA_STAGE")
+
+
 def time_tf(s, fn, label="tenferro"):
     spin_fn = s.resource(("bench.spin",), lambda ss: ss.compile(SPIN_SRC)).function("spin")
 
@@ -252,6 +256,8 @@ def main() -> int:
         if ns.matmul_sweep:
             from tenferro.kernels import gemm
 
+            defaults = {name: getattr(gemm, name) for name in _GEMM_CHOICES}
+
             for size in (2048, 4096, 8192):
                 a = s.upload(
                     rng.standard_normal((size, size), dtype=np.float32).astype(ml_dtypes.bfloat16)
@@ -276,6 +282,8 @@ def main() -> int:
                         f"{2 * size**3 / t / 1e9:6.1f} TFLOP/s, {t_to / t:4.0%} of cuBLAS",
                         flush=True,
                     )
+            for name, value in defaults.items():  # the module's choices as they were
+                setattr(gemm, name, value)
             return 0
         if ns.sweep:
             from tenferro.kernels import _build, rows

@@ -1,4 +1,4 @@
-"""Tiled matrix multiply: float32 on the CUDA cores, bfloat16 on the tensor cores (mma.sync)."""
+"""Tiled matrix multiply: f32 on the CUDA cores, bf16 on the tensor cores (mma.sync, wgmma)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,14 @@ WGMMA_TILES = ((128, 6), (256, 3), (256, 4))
 WGMMA_TILE = WGMMA_TILES[2]
 _WGMMA = tuple("matmul_bf16_wgmma<{}, {}>".format(*t) for t in WGMMA_TILES)
 # Hopper through TMA (matmul_sm90_tma.cu): a persistent, warp-specialized kernel that reads B
-# as it is (no transpose), at TMA_STAGE stages of 48 KiB. TMA turns it off (the wgmma kernel
-# above then serves). H100 (2026-12-07, --matmul-sweep): 4 stages 576.1 / 734.6 / 768.2
-# TFLOP/s at 2048 / 4096 / 8192 (85%, 92%, 99% of cuBLAS), 3 stages 578.9 / 731.1 / 769.1.
-TMA = True
+# as it is (no transpose), at TMA_STAGE stages of 48 KiB. H100 (2026-12-07, --matmul-sweep):
+# 3 stages 578.9 / 731.1 / 769.1 TFLOP/s at 2048 / 4096 / 8192 (85%, 92%, 99% of cuBLAS), 4
+# stages 576.1 / 734.6 / 768.2: 3, the same speed in 48 KiB less shared memory. Opt-in
+# (TMA = True): its GPU tests so far give each block one tile, and a block that takes several
+# tiles in turn (more tiles than SMs) has been timed but not yet checked against numpy.
+TMA = False
 TMA_STAGES = (3, 4)
-TMA_STAGE = 4
+TMA_STAGE = 3
 _TMA = tuple(f"matmul_bf16_tma<{n}>" for n in TMA_STAGES)
 
 
@@ -48,10 +50,11 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out f32 (M, N).
 
     bf16 inputs multiply on the tensor cores with float32 accumulation; where K and N are
-    multiples of 8 and a and b are 16-byte aligned, on Hopper through a persistent kernel that
-    loads a and b as they are with TMA and multiplies with wgmma, and elsewhere through the
-    pipelined mma.sync kernel (cp.async, ldmatrix), else through a simpler one that takes any
-    shape. Only enqueues.
+    multiples of 8 and a and b are 16-byte aligned, on Hopper through wgmma (b transposed
+    first into a temporary (N, K) copy; with ``gemm.TMA = True``, through a persistent kernel
+    that loads a and b as they are with TMA instead), and elsewhere through the pipelined
+    mma.sync kernel (cp.async, ldmatrix), else through a simpler one that takes any shape.
+    Only enqueues.
 
     Args:
         s: The open `tf.Session` to launch on.
@@ -61,11 +64,11 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
 
     Raises:
         ValidationError: ``s`` is not a Session, an array is refused as a span, the shapes
-            or dtypes do not match, a dimension is 2**31 or more, or (off the Hopper kernel)
+            or dtypes do not match, a dimension is 2**31 or more, or (but for the TMA kernel)
             M is past the grid's reach.
         RuntimeStateError: The session is closed or used from another thread, NVRTC is
-            missing (a session's first call compiles the kernels), or the previous wgmma path
-            (``TMA = False``) would allocate its copy of ``b`` during a capture.
+            missing (a session's first call compiles the kernels), or the transposing wgmma
+            path would allocate its copy of ``b`` during a capture.
         BackendError: The driver refused the load or the launch.
         KernelFault: A kernel fault has stopped the session.
     """
@@ -93,25 +96,7 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     aligned = (
         k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 and om.ptr % 8 == 0
     )
-    # Pick the kernel and its geometry, then check and launch once.
     wgmma = ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0)
-    if wgmma:
-        bn, stages = WGMMA_TILE
-        bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA
-        name = _WGMMA[WGMMA_TILES.index(WGMMA_TILE)]
-        smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
-    elif ta == "bf16" and aligned:
-        bm, bn, wm, wn, stages, bk = BF16_TILE
-        name, threads, file, exprs = (
-            _PIPELINED[BF16_TILES.index(BF16_TILE)],
-            32 * wm * wn,
-            _FILE,
-            _EXPRS,
-        )
-        smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
-    else:
-        bm = bn = 64 if ta == "f32" else 128
-        name, threads, smem, file, exprs = f"matmul_{ta}", 256, 0, _FILE, _EXPRS
     if wgmma and TMA:  # a persistent grid, one block an SM at most; B read in place
         from tenferro import tensor_map
 
@@ -130,6 +115,24 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
             ],
         )
         return
+    # Pick the kernel and its geometry, then check and launch once.
+    if wgmma:
+        bn, stages = WGMMA_TILE
+        bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA
+        name = _WGMMA[WGMMA_TILES.index(WGMMA_TILE)]
+        smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
+    elif ta == "bf16" and aligned:
+        bm, bn, wm, wn, stages, bk = BF16_TILE
+        name, threads, file, exprs = (
+            _PIPELINED[BF16_TILES.index(BF16_TILE)],
+            32 * wm * wn,
+            _FILE,
+            _EXPRS,
+        )
+        smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
+    else:
+        bm = bn = 64 if ta == "f32" else 128
+        name, threads, smem, file, exprs = f"matmul_{ta}", 256, 0, _FILE, _EXPRS
     if (m + bm - 1) // bm > 65535:  # the grid's y extent
         raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
     if wgmma:  # the kernel takes B K-major: a temporary (N, K) copy, freed in stream order

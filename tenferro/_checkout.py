@@ -45,7 +45,8 @@ def find_checkout_kernels(package_dir: str) -> None:
     """Let ``tenferro.kernels`` import from a checkout's ``kernels/`` beside ``package_dir``.
 
     Nothing happens where the package has its own ``kernels`` (installed), where there is no
-    such folder, or where a finder for it is already in place.
+    such folder, or where a finder for it is already in place. The finder goes first, ahead
+    of an editable install's finder for another tree.
     """
     if os.path.isfile(os.path.join(package_dir, "kernels", "__init__.py")):
         return
@@ -54,4 +55,6 @@ def find_checkout_kernels(package_dir: str) -> None:
         return
     if any(isinstance(f, KernelsFinder) for f in sys.meta_path):
         return
-    sys.meta_path.append(KernelsFinder(directory))
+    # First: an editable install of another tree maps tenferro.kernels to that tree's folder,
+    # and the kernels must be those beside the tenferro that was imported.
+    sys.meta_path.insert(0, KernelsFinder(directory))

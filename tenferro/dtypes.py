@@ -42,7 +42,7 @@ class ScalarType:
     ``"record"`` (a numpy structured dtype: `record_type`); ``ptx`` is the PTX parameter type
     a kernel declares for it. There is one object per type (`SCALAR_TYPES`, and one per
     structured dtype), compared and hashed by identity: a launch tests membership in sets of
-    them, and hashing eight fields each time would cost more than the test.
+    them, and hashing nine fields each time would cost more than the test.
     """
 
     name: str
@@ -212,13 +212,19 @@ def _record_name(dt: np.dtype) -> str:
     return f"record({', '.join(fields)}; {dt.itemsize} bytes)"
 
 
+def _field_alignment(base: np.dtype) -> int:
+    """A record field's alignment: its scalar's size, a complex number's part's (numpy's)."""
+    t = _BY_NUMPY[base]
+    return t.itemsize // 2 if t.kind == "complex" else t.alignment
+
+
 def _alignment(dt: np.dtype) -> int:
     """The alignment a C struct of ``dt``'s fields has: its widest scalar field's."""
     fields: Mapping[str, Any] = dt.fields or {}
     widest = 1
     for name in dt.names or ():
         base = fields[name][0].base
-        widest = max(widest, _alignment(base) if base.names else _BY_NUMPY[base].alignment)
+        widest = max(widest, _alignment(base) if base.names else _field_alignment(base))
     return widest
 
 
@@ -227,9 +233,23 @@ def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
 
     Elements of a record span are the dtype's bytes as numpy lays them out (its offsets and
     itemsize, padding included): a CUDA C kernel reads them through a pointer to a struct of
-    that layout, a numba kernel through an array of that record type. Refused: a dtype
-    without fields, fields holding Python objects, and fields not in the host's byte order.
-    DLPack has no record types: such spans export through ``__cuda_array_interface__``.
+    that layout, a numba kernel through an array of that record type. Each field must sit at
+    a multiple of its scalar's size (a complex number's part's), as the device reads it, and
+    the itemsize must be a multiple of the widest such alignment; numpy's ``align=True``
+    lays a dtype out so. DLPack has no record types: such spans export through
+    ``__cuda_array_interface__``.
+
+    Args:
+        dtype: A numpy structured dtype (or what ``np.dtype`` makes one of).
+        op: The operation named in a refusal.
+
+    Returns:
+        The `ScalarType` of kind ``"record"`` for that layout, the same object each time.
+
+    Raises:
+        ValidationError: The dtype has no fields, holds Python objects, has a field not in
+            the host's byte order or out of order, a field off its alignment, or an itemsize
+            that is not a multiple of its alignment.
     """
     dt = np.dtype(dtype)
     found = _RECORDS.get(dt)
@@ -257,7 +277,7 @@ def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
                 "host's byte order"
             )
         else:
-            align = _BY_NUMPY[field.base].alignment
+            align = _field_alignment(field.base)
         if offset % align:
             raise ValidationError(
                 f"{op}: dtype {dt}: field {name!r} at offset {offset} is not aligned to the "

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _driver
 from .errors import ValidationError
-from .spans import TensorMut, TensorRef
+from .spans import TensorMut, TensorRef, c_strides
 
 __all__ = ["TENSOR_MAP_C_TYPES", "TensorMap", "tensor_map"]
 
@@ -130,7 +130,13 @@ def tensor_map(
             f"{op}: tensor maps need the Tensor Memory Accelerator (sm_90 or later); this "
             f"device is sm_{major}{minor}"
         )
-    shape, strides, t = span.shape, span.strides, span.scalar_type
+    shape, t = span.shape, span.scalar_type
+    # A dimension of one element is never stepped along: its stride is the compact one,
+    # whatever the producer said (torch's (1, K) view of a column may say 2 bytes there).
+    compact = c_strides(shape, t.itemsize)
+    strides = tuple(
+        c if d == 1 else s for d, s, c in zip(shape, span.strides, compact, strict=True)
+    )
     rank = len(shape)
     if not 1 <= rank <= 5:
         raise ValidationError(f"{op}: the span has {rank} dimension(s); a tensor map takes 1 to 5")

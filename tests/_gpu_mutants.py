@@ -7,8 +7,9 @@ test run from a process that has already run the tests, and a process forked aft
 cannot use the GPU, so code only a GPU reaches (the driver seam, frees, replays) is judged here:
 every mutant runs ``pytest -x -m gpu TEST...`` in a fresh process, several at once on the one
 GPU, each worker in its own copy of the tree. A mutant is killed when the tests fail or time
-out. The mutations: a comparison, ``+``/``-`` and ``and``/``or`` swapped, a ``not`` dropped, an
-integer constant plus one, a boolean flipped, and a statement that is a call removed.
+out (timeouts are counted apart). The mutations: a comparison, ``+``/``-`` and ``and``/``or``
+swapped, a ``not`` dropped, an integer constant plus one, a boolean flipped, and a statement
+that is a call removed.
 """
 
 from __future__ import annotations
@@ -107,9 +108,23 @@ def main() -> int:
     ap.add_argument("--tests", nargs="+", required=True)
     ap.add_argument("--jobs", type=int, default=8)
     ns = ap.parse_args()
+    modules = []
+    for path in ns.modules:  # as paths inside the tree: the copies are written, never ROOT
+        full = (ROOT / path).resolve()
+        if not full.is_relative_to(ROOT) or not full.is_file():
+            ap.error(f"module {str(path)!r} is not a file of the tree at {ROOT}")
+        modules.append(full.relative_to(ROOT))
     work = Path(tempfile.mkdtemp(prefix="tenferro-mutants-"))
-    copies = queue.Queue()
-    for j in range(ns.jobs):
+    try:
+        return judge_all(modules, ns.tests, ns.jobs, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def judge_all(modules: list[Path], tests: list[str], jobs: int, work: Path) -> int:
+    """Run every mutant of ``modules`` against ``tests``, ``jobs`` at once; print the score."""
+    copies: queue.Queue[Path] = queue.Queue()
+    for j in range(jobs):
         copy = work / f"w{j}"
         for part in ("tenferro", "kernels", "tests"):
             shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -117,9 +132,10 @@ def main() -> int:
         copies.put(copy)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "gpu", "-p", "no:cacheprovider"]
-    command += ["-o", "addopts=", *ns.tests]
+    command += ["-o", "addopts=", *tests]
 
-    def run(copy: Path, timeout: float) -> tuple[int, float]:
+    def run(copy: Path, timeout: float) -> tuple[str, bytes, float]:
+        """("passed" | "failed" | "timeout", pytest's output, seconds) in ``copy``."""
         t0 = time.monotonic()
         path = f"{copy}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
         try:
@@ -130,44 +146,51 @@ def main() -> int:
                 capture_output=True,
                 timeout=timeout,
             )
-            return out.returncode, time.monotonic() - t0
         except subprocess.TimeoutExpired:
-            return -1, time.monotonic() - t0
+            return "timeout", b"", time.monotonic() - t0
+        verdict = "passed" if out.returncode == 0 else "failed"
+        return verdict, out.stdout, time.monotonic() - t0
 
     first = copies.get()
-    rc, took = run(first, 600)
+    verdict, output, took = run(first, 600)
     copies.put(first)
-    if rc != 0:
-        print(f"the tests fail on the unchanged tree (rc={rc}): nothing to judge")
+    if verdict != "passed" or b" passed" not in output:  # all skipped (no GPU) judges nothing
+        print(f"the tests do not pass on the unchanged tree ({verdict}): nothing to judge")
+        print(output.decode(errors="replace")[-2000:])
         return 1
     timeout = 3 * took + 30
-    jobs = []
-    for module in ns.modules:
+    todo = []
+    for module in modules:
         source = (ROOT / module).read_text()
-        jobs += [(module, source, k) for k in range(len(_sites(ast.parse(source))))]
-    print(f"{len(jobs)} mutants; the tests take {took:.1f} s; {ns.jobs} at once")
+        todo += [(module, source, k) for k in range(len(_sites(ast.parse(source))))]
+    print(f"{len(todo)} mutants; the tests take {took:.1f} s; {jobs} at once")
 
-    def judge(job: tuple[Path, str, int]) -> tuple[Path, int, str, bool]:
+    def judge(job: tuple[Path, str, int]) -> tuple[Path, int, str, str]:
         module, source, k = job
         text, line, what = mutant(source, k)
         copy = copies.get()
         try:
             (copy / module).write_text(text)
-            rc, _ = run(copy, timeout)
+            verdict, _, _ = run(copy, timeout)
         finally:
             (copy / module).write_text(source)
             copies.put(copy)
-        return module, line, what, rc != 0
+        return module, line, what, verdict
 
     t0 = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(ns.jobs) as pool:
-        results = list(pool.map(judge, jobs))
-    killed = sum(r[3] for r in results)
-    print(f"{killed} of {len(results)} killed in {time.monotonic() - t0:.0f} s; survivors:")
-    for module, line, what, dead in results:
-        if not dead:
-            print(f"  {module}:{line}: {what}")
-    shutil.rmtree(work, ignore_errors=True)
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        results = list(pool.map(judge, todo))
+    failed = sum(r[3] == "failed" for r in results)
+    timeouts = [r for r in results if r[3] == "timeout"]
+    print(
+        f"{failed + len(timeouts)} of {len(results)} killed ({len(timeouts)} by a timeout) "
+        f"in {time.monotonic() - t0:.0f} s"
+    )
+    for module, line, what, verdict in results:
+        if verdict != "failed":
+            print(
+                f"  {'survived' if verdict == 'passed' else 'timed out'}: {module}:{line}: {what}"
+            )
     return 0
 
 

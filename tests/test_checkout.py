@@ -78,3 +78,4 @@ def test_a_finder_is_added_for_a_checkout_once_and_never_for_an_installed_packag
     _checkout.find_checkout_kernels(package)
     added = [f for f in sys.meta_path if f not in before]
     assert len(added) == 1 and added[0].directory == str(tmp_path / "c" / "kernels")
+    assert sys.meta_path[0] is added[0]  # ahead of an editable install's finder for another tree

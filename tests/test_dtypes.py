@@ -220,6 +220,11 @@ def test_a_structured_dtype_is_one_record_type_whatever_its_alignment_flag():
     assert dtypes.from_numpy(np.dtype([("n", "<i4"), ("d", "<f8")], align=True)).alignment == 8
     assert dtypes.from_numpy(np.dtype([("d", "<f8"), ("n", "<i4"), ("m", "<i4")])).alignment == 8
     assert dtypes.from_numpy(np.dtype([("b", "u1"), ("c", "u1"), ("h", "<i2")])).alignment == 2
+    # a complex field is aligned as its parts, as numpy's align=True places it
+    with_c64 = dtypes.from_numpy(np.dtype([("a", "<f4"), ("c", "<c8")], align=True))
+    assert (with_c64.itemsize, with_c64.alignment) == (12, 4)
+    with_c128 = dtypes.from_numpy(np.dtype([("a", "<i4"), ("z", "<c16")], align=True))
+    assert (with_c128.itemsize, with_c128.alignment) == (24, 8)
 
 
 @pytest.mark.parametrize(
@@ -243,11 +248,16 @@ def test_a_structured_dtype_is_one_record_type_whatever_its_alignment_flag():
             np.dtype([("b", "u1"), ("inner", [("a", "<i2")])]),
             r"field 'inner' at offset 1 is not aligned to the 2 bytes",
         ),
+        (
+            np.dtype([("a", "<i2"), ("z", "<c16")]),
+            r"field 'z' at offset 2 is not aligned to the 8 bytes",
+        ),
     ],
 )
 def test_record_types_refuse_what_the_device_cannot_hold(dtype, msg):
     with pytest.raises(tf.ValidationError, match=r"^session\.upload: .*" + msg):
         dtypes.from_numpy(dtype, "session.upload")
+    assert dtype not in dtypes._RECORDS  # a refused layout leaves no type behind
     with pytest.raises(tf.ValidationError, match=r"^op: dtype int32 is not a structured dtype"):
         dtypes.record_type(np.dtype(np.int32), "op")
 

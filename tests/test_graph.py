@@ -620,7 +620,7 @@ def test_a_replay_in_the_steady_state_takes_the_fast_enqueue_and_holds_the_graph
     g.launch(stream=0x5)  # a stream given, even the session's own: the general path
     assert calls[0] == ("enqueue", "graph of 2 node(s)", g)
     calls.clear()
-    st.thread = -1  # another thread: the general path, which refuses it
+    st.thread = -1  # another thread: the general path (whose check_use refuses it)
     g.launch()
     assert calls[0] == ("enqueue", "graph of 2 node(s)", g)
 

@@ -50,6 +50,7 @@ BF16_KERNELS = [
         (1000, 520, 1000),
         (129, 264, 40),
         (384, 768, 4104),
+        (4160, 2304, 72),  # more 128 x 256 tiles (297) than SMs: blocks take several in turn
     ],
 )  # partial tiles on every side
 def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk):
@@ -85,3 +86,25 @@ def test_matmul_refuses_more_rows_than_the_grid_holds(session, monkeypatch, wgmm
     out = session.alloc_output((m, 8), np.float32)
     with pytest.raises(tf.ValidationError, match=rf"kernels\.matmul: M={m} is above 8388480"):
         k.matmul(session, out, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", gemm.TMA_STAGES)
+def test_the_tma_matmul_is_captured_and_replays_right(session, rng, monkeypatch, stages):
+    # It allocates nothing (B is read as it is), so a graph can hold it; each replay recomputes.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if session.context.compute_capability != (9, 0):
+        pytest.skip("the TMA kernel needs compute capability 9.0")
+    monkeypatch.setattr(gemm, "TMA", True)
+    monkeypatch.setattr(gemm, "TMA_STAGE", stages)
+    m, n, kk = 300, 520, 136
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+    da, db = session.upload(a), session.upload(b)
+    out = poisoned(session, (m, n), np.float32)
+    with session.capture() as cap:
+        k.matmul(session, out, da, db)
+    assert np.isnan(session.download(out)).all()  # captured, not run
+    cap.graph.launch()
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(session.download(out), want, rtol=1e-4, atol=1e-5 * np.sqrt(kk))

@@ -1,5 +1,7 @@
 """Launches: s.launch and its checked path, bound launches, and launches on the device."""
 
+import threading
+
 import numpy as np
 import pytest
 from _sources import AXPY, N
@@ -905,5 +907,9 @@ def test_the_fast_launcher_is_built_on_request_and_not_when_switched_off(
         ):
             tf.build_fast_launcher(bad)
     assert built == [] and fast_launch._build_thread is None  # a refusal starts nothing
-    assert tf.build_fast_launcher() is True and built == [1]
+    go = threading.Event()
+    monkeypatch.setattr(fast_launch, "_make_njit_wait", lambda: go.wait(timeout=30) and None)
+    assert tf.build_fast_launcher(wait=False) is False  # started, still compiling
+    go.set()
+    assert tf.build_fast_launcher() is True and built == [1]  # waits for that same build
     assert tf.build_fast_launcher(wait=False) is True and built == [1]  # once a process

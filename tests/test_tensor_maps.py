@@ -108,6 +108,15 @@ def test_the_options_reach_the_driver_by_their_names(encoded):
     assert args[6:9] == ("128B", "L2_256B", "NAN_REQUEST_ZERO_FMA")
 
 
+def test_a_dimension_of_one_element_is_encoded_with_its_compact_stride(encoded):
+    # torch's (1, 64) view of a (64, 1) column says a stride of 2 bytes for its row: never
+    # stepped along, so the map takes the row's compact 128 bytes and is not refused.
+    tf.tensor_map(_span((1, 64), dtype="bf16", strides=(2, 2)), (1, 64), swizzle=128)
+    assert encoded[0][2:5] == ((64, 1), (128,), (64, 1))
+    with pytest.raises(tf.ValidationError, match=r"strides=\(2, 2\) \(bytes\): every stride"):
+        tf.tensor_map(_span((2, 64), dtype="bf16", strides=(2, 2)), (1, 64))  # two rows: used
+
+
 @pytest.mark.parametrize(
     ("make", "msg"),
     [
