@@ -62,7 +62,8 @@ def _skipped(tree: ast.Module) -> set[int]:
 
 def _sites(tree: ast.Module) -> list[tuple[ast.AST, int, str]]:
     """Each mutation point as (node, which, description), in a fixed walk order."""
-    skip, sites = _skipped(tree), []
+    skip = _skipped(tree)
+    sites: list[tuple[ast.AST, int, str]] = []
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
@@ -81,8 +82,11 @@ def _sites(tree: ast.Module) -> list[tuple[ast.AST, int, str]]:
     return sites
 
 
-def _changed(value: int | bool) -> int | bool:
-    return (not value) if isinstance(value, bool) else value + 1
+def _changed(value: object) -> int | bool:
+    if isinstance(value, bool):
+        return not value
+    assert isinstance(value, int)  # the only constants _sites picks
+    return value + 1
 
 
 def mutant(source: str, k: int) -> tuple[str, int, str]:
@@ -99,7 +103,7 @@ def mutant(source: str, k: int) -> tuple[str, int, str]:
         node.value = _changed(node.value)
     else:
         node.value = ast.Constant(value=None)  # type: ignore[attr-defined]
-    return ast.unparse(ast.fix_missing_locations(tree)), node.lineno, what
+    return ast.unparse(ast.fix_missing_locations(tree)), getattr(node, "lineno", 0), what
 
 
 def main() -> int:
