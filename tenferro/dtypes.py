@@ -218,16 +218,6 @@ def _field_alignment(base: np.dtype) -> int:
     return t.itemsize // 2 if t.kind == "complex" else t.alignment
 
 
-def _alignment(dt: np.dtype) -> int:
-    """The alignment a C struct of ``dt``'s fields has: its widest scalar field's."""
-    fields: Mapping[str, Any] = dt.fields or {}
-    widest = 1
-    for name in dt.names or ():
-        base = fields[name][0].base
-        widest = max(widest, _alignment(base) if base.names else _field_alignment(base))
-    return widest
-
-
 def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
     """The record type of a numpy structured dtype: one object per dtype (equal dtypes, one).
 
@@ -267,6 +257,7 @@ def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
             "__cuda_array_interface__ cannot describe; order its fields by offset"
         ) from None
     fields: Mapping[str, Any] = dt.fields or {}
+    alignment = 1  # a C struct's: its widest field's
     for name in dt.names:
         field, offset = fields[name][:2]
         if field.base.names:  # a struct in the struct: its own fields checked the same way
@@ -283,7 +274,7 @@ def record_type(dtype: np.dtype, op: str = "dtype") -> ScalarType:
                 f"{op}: dtype {dt}: field {name!r} at offset {offset} is not aligned to the "
                 f"{align} bytes the device reads it in; make the dtype with align=True"
             )
-    alignment = _alignment(dt)
+        alignment = max(alignment, align)
     if dt.itemsize % alignment:
         raise ValidationError(
             f"{op}: dtype {dt} is {dt.itemsize} bytes, not a multiple of its {alignment}-byte "
