@@ -12,7 +12,8 @@ for every library: `kernels_host.py` times the host alone); reported as
 bandwidth (bytes read + written by the operation, counted once) and as a fraction of the
 device-to-device copy bandwidth measured first in the same run (`s.copy` of 256 MiB, timed
 the same way). The matrix multiply is reported in TFLOP/s and as a
-fraction of torch's (cuBLAS) for the same shapes and dtypes.
+fraction of torch's (cuBLAS, which writes bf16 for bf16 inputs) for the same shapes, given
+tf.Tensors and given torch tensors (the call users write), with the host's time a call.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _timed(label, fn, spin, record, elapsed_ms):
 
 
 # The module-level choices of kernels/gemm.py a matmul sweep changes (and puts back).
-_GEMM_CHOICES = ("WGMMA", "TMA", "BF16_TILE", "WGMMA_TILE", "TMA_STAGE")
+_GEMM_CHOICES = ("WGMMA", "TMA", "BF16_TILE", "WGMMA_TILE", "TMA_CONFIG")
 
 
 def time_tf(s, fn, label="tenferro"):
@@ -140,7 +141,8 @@ def main() -> int:
     ap.add_argument(
         "--matmul-sweep",
         action="store_true",
-        help="time every compiled bf16 kernel and tile shape at 4096 and 8192, then stop",
+        help="time every compiled bf16 kernel and tile shape at 2048, 4096 and 8192 (the TMA "
+        "kernel into f32 and into bf16), then stop",
     )
     ns = ap.parse_args()
     import cupy as cp
@@ -236,10 +238,13 @@ def main() -> int:
             import pstats
 
             xs, ys = s.upload(np.ones(1024, np.float32)), s.upload(np.ones(1024, np.float32))
+            ab = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+            ob = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
             for label, f in (
                 ("fill", lambda: k.fill(s, ys, 1.5)),
                 ("axpy", lambda: k.axpy(s, ys, xs, 0.5)),
                 ("sum", lambda: k.sum(s, xs)),
+                ("matmul bf16 64^3, torch tensors", lambda: k.matmul(s, ob, ab, ab)),
             ):
                 for _ in range(100):
                     f()
@@ -258,6 +263,7 @@ def main() -> int:
 
             defaults = {name: getattr(gemm, name) for name in _GEMM_CHOICES}
 
+            names = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_CONFIG"}
             for size in (2048, 4096, 8192):
                 a = s.upload(
                     rng.standard_normal((size, size), dtype=np.float32).astype(ml_dtypes.bfloat16)
@@ -265,23 +271,26 @@ def main() -> int:
                 b = s.upload(
                     rng.standard_normal((size, size), dtype=np.float32).astype(ml_dtypes.bfloat16)
                 )
-                cm = s.alloc_output((size, size), np.float32)
                 ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
                 t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
-                for kernel, tile in (
-                    [("mma.sync", t) for t in gemm.BF16_TILES]
-                    + [("wgmma", t) for t in gemm.WGMMA_TILES]
-                    + [("tma", t) for t in gemm.TMA_STAGES]
-                ):
-                    gemm.WGMMA, gemm.TMA = kernel != "mma.sync", kernel == "tma"
-                    name = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_STAGE"}
-                    setattr(gemm, name[kernel], tile)
-                    t = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
-                    print(
-                        f"matmul sweep {size} {kernel} tile {tile}: "
-                        f"{2 * size**3 / t / 1e9:6.1f} TFLOP/s, {t_to / t:4.0%} of cuBLAS",
-                        flush=True,
-                    )
+                for out_type in (np.float32, ml_dtypes.bfloat16):
+                    cm = s.alloc_output((size, size), out_type)
+                    for kernel, tile in (
+                        [("mma.sync", t) for t in gemm.BF16_TILES]
+                        + [("wgmma", t) for t in gemm.WGMMA_TILES]
+                        + [("tma", t) for t in gemm.TMA_CONFIGS]
+                    ):
+                        if kernel != "tma" and out_type != np.float32:
+                            continue  # the other kernels' epilogues are not what is chosen here
+                        gemm.WGMMA, gemm.TMA = kernel != "mma.sync", kernel == "tma"
+                        setattr(gemm, names[kernel], tile)
+                        t = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
+                        print(
+                            f"matmul sweep {size} -> {np.dtype(out_type).name} {kernel} tile "
+                            f"{tile}: {2 * size**3 / t / 1e9:6.1f} TFLOP/s, "
+                            f"{t_to / t:4.0%} of cuBLAS",
+                            flush=True,
+                        )
             for name, value in defaults.items():  # the module's choices as they were
                 setattr(gemm, name, value)
             return 0
@@ -378,30 +387,41 @@ def main() -> int:
             )
         s.synchronize()
         mm = []
-        for dtype in () if ns.no_matmul else ("bf16", "f32"):
-            for m_, n_, k_ in ((4096, 4096, 4096), (8192, 8192, 8192)):
-                a_np = rng.standard_normal((m_, k_), dtype=np.float32)
-                b_np = rng.standard_normal((k_, n_), dtype=np.float32)
-                if dtype == "bf16":
-                    a_np, b_np = a_np.astype(ml_dtypes.bfloat16), b_np.astype(ml_dtypes.bfloat16)
+        # (inputs, output): bf16 into f32 or into bf16 (what torch's bf16 matmul writes), f32.
+        kinds = () if ns.no_matmul else (("bf16", "f32"), ("bf16", "bf16"), ("f32", "f32"))
+        np_types = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}
+        for dtype, out_type in kinds:
+            sizes = (2048, 4096, 8192) if dtype == "bf16" else (4096, 8192)
+            for size in sizes:
+                m_ = n_ = k_ = size
+                a_np = rng.standard_normal((m_, k_), dtype=np.float32).astype(np_types[dtype])
+                b_np = rng.standard_normal((k_, n_), dtype=np.float32).astype(np_types[dtype])
                 a, b = s.upload(a_np), s.upload(b_np)
-                cm = s.alloc_output((m_, n_), np.float32)
-                ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+                cm = s.alloc_output((m_, n_), np_types[out_type])
+                ta, tb, tc = torch.from_dlpack(a), torch.from_dlpack(b), torch.from_dlpack(cm)
                 s.synchronize()
                 t_tf = time_tf(s, lambda a=a, b=b, cm=cm: k.matmul(s, cm, a, b))
+                # The call users write: torch tensors, fresh spans each call.
+                t_tt = time_tf(
+                    s, lambda ta=ta, tb=tb, tc=tc: k.matmul(s, tc, ta, tb), label="on torch"
+                )
                 t_to = time_torch(torch, lambda ta=ta, tb=tb: torch.matmul(ta, tb))
                 flop = 2 * m_ * n_ * k_
                 row = {
-                    "op": f"matmul {dtype} {m_}x{n_}x{k_}",
+                    "op": f"matmul {dtype}->{out_type} {m_}x{n_}x{k_}",
                     "tenferro_TFLOPs": flop / t_tf / 1e9,
+                    "tenferro_torch_tensors_TFLOPs": flop / t_tt / 1e9,
                     "torch_TFLOPs": flop / t_to / 1e9,
                     "fraction_of_cublas": t_to / t_tf,
+                    "tenferro_torch_tensors_host_us": HOST["on torch"],
+                    "torch_host_us": HOST["torch"],
                 }
                 mm.append(row)
                 print(
-                    f"{row['op']:<26} tenferro {row['tenferro_TFLOPs']:6.1f} TFLOP/s  "
-                    f"torch (cuBLAS) {row['torch_TFLOPs']:6.1f}  "
-                    f"{row['fraction_of_cublas']:4.0%} of cuBLAS",
+                    f"{row['op']:<32} tenferro {row['tenferro_TFLOPs']:6.1f} TFLOP/s "
+                    f"(on torch tensors {row['tenferro_torch_tensors_TFLOPs']:6.1f}, host "
+                    f"{HOST['on torch']:.1f} us)  torch (cuBLAS) {row['torch_TFLOPs']:6.1f} "
+                    f"(host {HOST['torch']:.1f} us)  {row['fraction_of_cublas']:4.0%} of cuBLAS",
                     flush=True,
                 )
                 s.synchronize()

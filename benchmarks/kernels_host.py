@@ -2,13 +2,14 @@
 
     python3 benchmarks/kernels_host.py [--json kernels_host.json] [--n 4096]
 
-n = 4096 float32 elements (64 x 64 for the row kernels), so the device keeps up with the host
-and the figure is the host's. Every call is given the arrays themselves, as a user writes it:
-tf.Tensors of the session, torch tensors to a session on its own stream (blocking: the driver
-orders it with torch's default stream, no event), and torch tensors to a session opened on
-torch's current stream. torch's op is the one that writes into an existing output where ours
-does (``fill_``, ``copy_``, ``add_``, ``out=``); ``sum`` and ``max`` make a new 0-d result in
-both libraries, and torch's softmax a new output (it takes no ``out``).
+n = 4096 float32 elements (64 x 64 for the row kernels; bf16 (64, 64) @ (64, 64) for the matrix
+multiply), so the device keeps up with the host and the figure is the host's. Every call is
+given the arrays themselves, as a user writes it: tf.Tensors of the session, torch tensors to a
+session on its own stream (blocking: the driver orders it with torch's default stream, no
+event), and torch tensors to a session opened on torch's current stream. torch's op is the one
+that writes into an existing output where ours does (``fill_``, ``copy_``, ``add_``,
+``out=``); ``sum`` and ``max`` make a new 0-d result in both libraries, and torch's softmax a
+new output (it takes no ``out``).
 All rows run interleaved in one process with the launch benchmark's timer (median of batches).
 Before the timing every tenferro row's result is checked against torch's.
 """
@@ -38,6 +39,12 @@ def cases(torch, n):
     x2 = torch.randn(rows, cols, device=dev)
     out, h = torch.empty(n, device=dev), torch.empty(n, device=dev, dtype=torch.float16)
     o2, ot = torch.empty(rows, cols, device=dev), torch.empty(cols, rows, device=dev)
+    bf = {"dtype": torch.bfloat16, "device": dev}
+    ma, mb, mc = (
+        torch.randn(rows, 64, **bf),
+        torch.randn(64, cols, **bf),
+        (torch.empty(rows, cols, **bf)),
+    )
     return [
         (
             "fill",
@@ -82,6 +89,12 @@ def cases(torch, n):
             lambda s, a: k.cumsum(s, a["out"], a["x"]),
             lambda a: torch.cumsum(a["x"], 0, out=a["out"]),
             {"out": out, "x": x},
+        ),
+        (
+            "matmul bf16",
+            lambda s, a: k.matmul(s, a["mc"], a["ma"], a["mb"]),
+            lambda a: torch.matmul(a["ma"], a["mb"], out=a["mc"]),
+            {"mc": mc, "ma": ma, "mb": mb},
         ),
     ]
 
@@ -166,7 +179,8 @@ def _agrees(torch, s, sess, ours, theirs, a, arrays):
             return f"result differs by {float((got.double() - want.double()).abs().max())}"
         return None
     for key, v in arrays.items():
-        if not torch.allclose(mine[key].double(), v.double(), rtol=2e-3, atol=1e-4):
+        rtol = 2.0**-7 if v.dtype == torch.bfloat16 else 2e-3  # one bf16 rounding apart
+        if not torch.allclose(mine[key].double(), v.double(), rtol=rtol, atol=1e-4):
             return f"{key} differs by {float((mine[key].double() - v.double()).abs().max())}"
     return None
 

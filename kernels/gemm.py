@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tenferro import LaunchConfig, ValidationError, u32
+from tenferro import LaunchConfig, ValidationError, tensor_map, u32
 
-from ._build import check_session, function
+from ._build import check_session, function, plan
 from .rows import transpose
 
 __all__ = ["matmul"]
 
 _FILE = "matmul.cu"
+# The C type a kernel stores for each output type (kernels/epilogue.cuh); f32 inputs give f32.
+_OUT_C = {"f32": "float", "bf16": "__nv_bfloat16"}
 # bf16 tile shapes (BM, BN, warps along M, warps along N, pipeline stages, BK) that are
 # compiled; BF16_TILE is the one used, chosen on the H200 by benchmarks/kernels.py
 # --matmul-sweep.
@@ -23,8 +25,17 @@ BF16_TILES = (
     (128, 256, 2, 4, 4, 32),
 )
 BF16_TILE = BF16_TILES[0]
-_PIPELINED = tuple("matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}>".format(*t) for t in BF16_TILES)
-_EXPRS = ("matmul_f32", "matmul_bf16", *_PIPELINED)
+# Per output type, the instantiations of matmul.cu compiled together (one module each).
+_PIPELINED = {
+    out: tuple(
+        "matmul_bf16_pipelined<{}, {}, {}, {}, {}, {}, {}>".format(c, *tile) for tile in BF16_TILES
+    )
+    for out, c in _OUT_C.items()
+}
+_EXPRS = {
+    "f32": ("matmul_f32", "matmul_bf16<float>", *_PIPELINED["f32"]),
+    "bf16": ("matmul_bf16<__nv_bfloat16>", *_PIPELINED["bf16"]),
+}
 # Hopper (compute capability 9.0): the warpgroup kernel of matmul_sm90.cu, compiled for sm_90a,
 # at (BN, stages); B is first transposed to K-major. WGMMA turns it off (the mma.sync kernel
 # then serves, as on every other device). H200 sweep (2026-12-03, --matmul-sweep): (256, 4)
@@ -33,32 +44,39 @@ _EXPRS = ("matmul_f32", "matmul_bf16", *_PIPELINED)
 WGMMA = True
 WGMMA_TILES = ((128, 6), (256, 3), (256, 4))
 WGMMA_TILE = WGMMA_TILES[2]
-_WGMMA = tuple("matmul_bf16_wgmma<{}, {}>".format(*t) for t in WGMMA_TILES)
-# Hopper through TMA (matmul_sm90_tma.cu): a persistent, warp-specialized kernel that reads B
-# as it is (no transpose), at TMA_STAGE stages of 48 KiB. H100 (2026-12-07, --matmul-sweep):
-# 3 stages 578.9 / 731.1 / 769.1 TFLOP/s at 2048 / 4096 / 8192 (85%, 92%, 99% of cuBLAS), 4
-# stages 576.1 / 734.6 / 768.2: 3, the same speed in 48 KiB less shared memory. Opt-in
-# (TMA = True): its GPU tests so far give each block one tile, and a block that takes several
-# tiles in turn (more tiles than SMs) has been timed but not yet checked against numpy.
-TMA = False
-TMA_STAGES = (3, 4)
-TMA_STAGE = 3
-_TMA = tuple(f"matmul_bf16_tma<{n}>" for n in TMA_STAGES)
+_WGMMA = {
+    out: tuple("matmul_bf16_wgmma<{}, {}, {}>".format(c, *tile) for tile in WGMMA_TILES)
+    for out, c in _OUT_C.items()
+}
+# Hopper through TMA (matmul_sm90_tma.cu), where TMA is on (the default): a persistent,
+# warp-specialized kernel that reads A and B as they are and stores C through TMA, at (stages
+# of 48 KiB, blocks a cluster along M sharing B's loads). H100 (2026-12-07, --matmul-sweep),
+# TFLOP/s at 2048 / 4096 / 8192 into bf16 and into f32 (cuBLAS writes bf16): (3, 1) 676.9 /
+# 782.8 / 775.1 (98%, 99%, 100% of cuBLAS) and 613.1 / 748.1 / 766.2 (89%, 95%, 99%); (4, 1)
+# 680.6 / 780.1 / 785.4 and 612.9 / 749.1 / 771.4: 3 stages, the same speed in 48 KiB less
+# shared memory. Clusters of 2: 270-317 (39-41%), not chosen.
+TMA = True
+TMA_CONFIGS = ((3, 1), (4, 1), (3, 2), (4, 2))
+TMA_CONFIG = TMA_CONFIGS[0]
+_TMA = {
+    out: tuple("matmul_bf16_tma<{}, {}, {}>".format(c, *config) for config in TMA_CONFIGS)
+    for out, c in _OUT_C.items()
+}
 
 
 def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
-    """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out f32 (M, N).
+    """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out (M, N).
 
+    ``out`` is f32, or for bf16 ``a`` and ``b`` f32 or bf16 (the f32 sums rounded to nearest).
     bf16 inputs multiply on the tensor cores with float32 accumulation; where K and N are
-    multiples of 8 and a and b are 16-byte aligned, on Hopper through wgmma (b transposed
-    first into a temporary (N, K) copy; with ``gemm.TMA = True``, through a persistent kernel
-    that loads a and b as they are with TMA instead), and elsewhere through the pipelined
-    mma.sync kernel (cp.async, ldmatrix), else through a simpler one that takes any shape.
-    Only enqueues.
+    multiples of 8 and a and b are 16-byte aligned, on Hopper through a persistent kernel that
+    loads a and b as they are with TMA (``gemm.TMA = False``: through wgmma after a transposed
+    copy of b), and elsewhere through the pipelined mma.sync kernel (cp.async, ldmatrix), else
+    through a simpler one that takes any shape. Only enqueues.
 
     Args:
         s: The open `tf.Session` to launch on.
-        out: The f32 (M, N) result: a tf.Tensor or anything ``s.tensor_mut`` accepts.
+        out: The (M, N) result: a tf.Tensor or anything ``s.tensor_mut`` accepts.
         a: The (M, K) left factor, f32 or bf16: a tf.Tensor or anything ``s.tensor`` accepts.
         b: The (K, N) right factor, of ``a``'s dtype.
 
@@ -79,11 +97,13 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         raise ValidationError(f"{op}: a{ar.shape} @ b{br.shape} needs a (M, K) and b (K, N)")
     m, k = ar.shape
     n = br.shape[1]
-    if om.shape != (m, n) or om.scalar_type.name != "f32":
-        raise ValidationError(f"{op}: out must be f32{(m, n)}, got {om.scalar_type.name}{om.shape}")
-    ta, tb = ar.scalar_type.name, br.scalar_type.name
+    ta, tb, to = ar.scalar_type.name, br.scalar_type.name, om.scalar_type.name
     if ta != tb or ta not in ("f32", "bf16"):
         raise ValidationError(f"{op}: a is {ta}, b is {tb}; both must be f32 or both bf16")
+    outs = ("f32", "bf16") if ta == "bf16" else ("f32",)
+    if om.shape != (m, n) or to not in outs:
+        want = " or ".join(f"{t}{(m, n)}" for t in outs)
+        raise ValidationError(f"{op}: out must be {want} for {ta} a and b, got {to}{om.shape}")
     if max(m, n, k) >= 1 << 31:
         raise ValidationError(f"{op}: dimensions {(m, n, k)} must be below 2**31")
     if m == 0 or n == 0:
@@ -94,19 +114,20 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         fill(s, om, 0.0)
         return
     aligned = (
-        k % 8 == 0 and n % 8 == 0 and ar.ptr % 16 == 0 and br.ptr % 16 == 0 and om.ptr % 8 == 0
+        k % 8 == 0
+        and n % 8 == 0
+        and ar.ptr % 16 == 0
+        and br.ptr % 16 == 0
+        and om.ptr % (2 * om.scalar_type.itemsize) == 0
     )
     wgmma = ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0)
-    if wgmma and TMA:  # a persistent grid, one block an SM at most; B read in place
-        from tenferro import tensor_map
-
-        tiles = -(-m // 128) * -(-n // 256)
-        sms = s.context.attribute("MULTIPROCESSOR_COUNT")
+    if wgmma and TMA and om.ptr % 16 == 0:  # B read in place: no copy, so it can be captured
+        fn, config = plan(s, ("matmul_tma", m, n, to, TMA_CONFIG), lambda: _tma_plan(s, m, n, to))
         s.launch(
-            function(s, "matmul_sm90_tma.cu", f"matmul_bf16_tma<{TMA_STAGE}>", _TMA, "a"),
-            LaunchConfig(min(tiles, sms), 384, shared_mem_bytes=TMA_STAGE * 48 * 1024 + 1024),
+            fn,
+            config,
             [
-                om,
+                tensor_map(om, box=(64, 128 // om.scalar_type.itemsize), swizzle=128),
                 tensor_map(ar, box=(128, 64), swizzle=128),
                 tensor_map(br, box=(64, 64), swizzle=128),
                 u32(m),
@@ -118,21 +139,22 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     # Pick the kernel and its geometry, then check and launch once.
     if wgmma:
         bn, stages = WGMMA_TILE
-        bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA
-        name = _WGMMA[WGMMA_TILES.index(WGMMA_TILE)]
+        bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA[to]
+        name = exprs[WGMMA_TILES.index(WGMMA_TILE)]
         smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
     elif ta == "bf16" and aligned:
         bm, bn, wm, wn, stages, bk = BF16_TILE
         name, threads, file, exprs = (
-            _PIPELINED[BF16_TILES.index(BF16_TILE)],
+            _PIPELINED[to][BF16_TILES.index(BF16_TILE)],
             32 * wm * wn,
             _FILE,
-            _EXPRS,
+            _EXPRS[to],
         )
         smem = stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
     else:
         bm = bn = 64 if ta == "f32" else 128
-        name, threads, smem, file, exprs = f"matmul_{ta}", 256, 0, _FILE, _EXPRS
+        name = "matmul_f32" if ta == "f32" else f"matmul_bf16<{_OUT_C[to]}>"
+        threads, smem, file, exprs = 256, 0, _FILE, _EXPRS[to]
     if (m + bm - 1) // bm > 65535:  # the grid's y extent
         raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
     if wgmma:  # the kernel takes B K-major: a temporary (N, K) copy, freed in stream order
@@ -144,3 +166,20 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads, shared_mem_bytes=smem),
         [om, ar, br, u32(m), u32(n), u32(k)],
     )
+
+
+def _tma_plan(s: Any, m: int, n: int, to: str) -> tuple[Any, LaunchConfig]:
+    """The TMA kernel at TMA_CONFIG and its persistent grid: as many clusters as run at once."""
+    stages, cm = TMA_CONFIG
+    name = _TMA[to][TMA_CONFIGS.index(TMA_CONFIG)]
+    # Only the instantiation used is compiled (each takes seconds of NVRTC).
+    fn = function(s, "matmul_sm90_tma.cu", name, (name,), "a")
+    # The ring, the epilogue's two staging boxes a consumer, the 1024-byte alignment of the swizzle.
+    smem = stages * 48 * 1024 + 2 * 16 * 1024 + 1024
+    tiles = -(-m // (128 * cm)) * -(-n // 256)  # of cm x 128 rows by 256 columns
+    if cm == 1:
+        resident = s.context.attribute("MULTIPROCESSOR_COUNT")
+    else:
+        resident = fn.max_active_clusters(LaunchConfig(cm, 384, smem, cluster=cm))
+    grid = cm * min(tiles, max(resident, 1))  # none resident: the launch says why
+    return fn, LaunchConfig(grid, 384, shared_mem_bytes=smem, cluster=cm if cm > 1 else None)

@@ -1,6 +1,7 @@
-// C (M x N, float) = A (M x K) B (K x N), all row-major.
+// C (M x N) = A (M x K) B (K x N), all row-major; C float, or for bf16 A and B float or bf16.
 #include <cuda_bf16.h>
 #include "cp_async.cuh"
+#include "epilogue.cuh"
 
 // float32: a 64x64 tile of C per block of 256 threads, each thread 4x4 outputs, K in steps of 16
 // through shared memory.
@@ -60,8 +61,9 @@ __device__ __forceinline__ unsigned pack2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
     return (unsigned)__bfloat16_as_ushort(lo) | ((unsigned)__bfloat16_as_ushort(hi) << 16);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-matmul_bf16(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
+template <typename OutT>
+__global__ void __launch_bounds__(256)
+matmul_bf16(OutT* __restrict__ C, const __nv_bfloat16* __restrict__ A,
             const __nv_bfloat16* __restrict__ B, unsigned M, unsigned N, unsigned K) {
     constexpr int BM = 128, BN = 128, BK = 32, PAD = 8;
     __shared__ __align__(16) __nv_bfloat16 As[BM][BK + PAD];
@@ -129,9 +131,9 @@ matmul_bf16(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
                 unsigned gm = m0 + wm * 64 + i * 16 + g + h * 8;
                 unsigned gn = n0 + wn * 32 + j * 8 + tg * 2;
                 if (gm >= M) continue;
-                float* row = C + (unsigned long long)gm * N;
-                if (gn < N) row[gn] = acc[i][j][2 * h];
-                if (gn + 1 < N) row[gn + 1] = acc[i][j][2 * h + 1];
+                OutT* row = C + (unsigned long long)gm * N;
+                if (gn < N) store_out(row + gn, acc[i][j][2 * h]);
+                if (gn + 1 < N) store_out(row + gn + 1, acc[i][j][2 * h + 1]);
             }
 }
 
@@ -152,9 +154,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
 }
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int BK>
+template <typename OutT, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int BK>
 __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N)
-matmul_bf16_pipelined(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
+matmul_bf16_pipelined(OutT* __restrict__ C, const __nv_bfloat16* __restrict__ A,
                       const __nv_bfloat16* __restrict__ B, unsigned M, unsigned N, unsigned K) {
     constexpr int THREADS = 32 * WARPS_M * WARPS_N;
     constexpr int AS = BK + 8, BS = BN + 8;  // padded row strides, in elements
@@ -236,7 +238,7 @@ matmul_bf16_pipelined(float* __restrict__ C, const __nv_bfloat16* __restrict__ A
                 const unsigned gm = m0 + wm * WTM + i * 16 + lane / 4 + h * 8;
                 const unsigned gn = n0 + wn * WTN + j * 8 + (lane % 4) * 2;
                 if (gm < M && gn < N)  // N % 8 == 0: gn < N implies gn + 1 < N
-                    *reinterpret_cast<float2*>(C + (unsigned long long)gm * N + gn) =
-                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                    store_out2(C + (unsigned long long)gm * N + gn, acc[i][j][2 * h],
+                               acc[i][j][2 * h + 1]);
             }
 }

@@ -1,12 +1,14 @@
-// C (M x N, float) = A (M x K) Bt (N x K)^T on Hopper's warpgroup tensor cores (wgmma), sm_90a
-// only: both operands K-major (gemm.py transposes B first). A block of two warpgroups computes
-// a BM=128 x BN tile, warpgroup w rows 64w..64w+63; K in tiles of 64 (one 128-byte row of
-// each operand a tile row) through a STAGES-deep cp.async ring in shared memory, written in
-// the 128-byte swizzle wgmma's descriptors name (16-byte chunk c of row r at c ^ (r % 8)).
-// Needs K % 8 == 0 and 16-byte aligned A and Bt: every chunk lies wholly inside or outside.
+// C (M x N, float or bf16) = A (M x K) Bt (N x K)^T on Hopper's warpgroup tensor cores
+// (wgmma), sm_90a only: both operands K-major (gemm.py transposes B first). A block of two
+// warpgroups computes a BM=128 x BN tile, warpgroup w rows 64w..64w+63; K in tiles of 64 (one
+// 128-byte row of each operand a tile row) through a STAGES-deep cp.async ring in shared
+// memory, written in the 128-byte swizzle wgmma's descriptors name (16-byte chunk c of row r
+// at c ^ (r % 8)). Needs K % 8 == 0 and 16-byte aligned A and Bt: every chunk lies wholly
+// inside or outside.
 #include <cuda_bf16.h>
 #include "cp_async.cuh"
 #include "wgmma.cuh"
+#include "epilogue.cuh"
 
 template <int BN> __device__ __forceinline__ void wgmma_tile(float* d, unsigned long long a,
                                                             unsigned long long b) {
@@ -14,9 +16,9 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(float* d, unsigned 
     else wgmma_m64n256k16<0>(d, a, b);
 }
 
-template <int BN, int STAGES>  // STAGES >= 3
+template <typename OutT, int BN, int STAGES>  // STAGES >= 3
 __global__ void __launch_bounds__(256, 1)
-matmul_bf16_wgmma(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
+matmul_bf16_wgmma(OutT* __restrict__ C, const __nv_bfloat16* __restrict__ A,
                   const __nv_bfloat16* __restrict__ Bt, unsigned M, unsigned N, unsigned K) {
     constexpr int BM = 128, BK = 64, THREADS = 256;
     constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements; rows of 128 bytes
@@ -94,7 +96,7 @@ matmul_bf16_wgmma(float* __restrict__ C, const __nv_bfloat16* __restrict__ A,
             const unsigned gm = m0 + wg * 64 + w * 16 + lane / 4 + h * 8;
             const unsigned gn = n0 + j * 8 + (lane % 4) * 2;
             if (gm < M && gn < N)  // N % 8 == 0: gn < N implies gn + 1 < N
-                *reinterpret_cast<float2*>(C + (unsigned long long)gm * N + gn) =
-                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                store_out2(C + (unsigned long long)gm * N + gn, d[4 * j + 2 * h],
+                           d[4 * j + 2 * h + 1]);
         }
 }

@@ -476,6 +476,44 @@ class Function:
             self.state.context.attribute("MAX_THREADS_PER_MULTIPROCESSOR"),
         )
 
+    def max_active_clusters(self, config: LaunchConfig) -> int:
+        """How many clusters of ``config``'s shape run on the device at once (0: none fits).
+
+        What a persistent kernel with clusters sizes its grid by: the device's groups of
+        multiprocessors may hold fewer clusters than its multiprocessor count suggests, and a
+        grid past them runs in a second wave. Checked as a launch is (the kernel's thread
+        limit, the device's shared memory, which is opted in to past 48 KiB); the grid is not
+        counted.
+
+        Args:
+            config: A `LaunchConfig` with a cluster.
+
+        Returns:
+            The clusters resident at once (cuOccupancyMaxActiveClusters).
+
+        Raises:
+            ValidationError: ``config`` is not a `LaunchConfig`, has no cluster, or is past
+                the kernel's or the device's limits.
+            RuntimeStateError: The session is closed or used from another thread.
+            BackendError: The driver refused the query or the shared-memory opt-in.
+            KernelFault: A kernel fault has stopped the session.
+        """
+        op = "function.max_active_clusters"
+        self.state.check_use(op)
+        if not isinstance(config, LaunchConfig):
+            raise ValidationError(
+                f"{op}: config must be a LaunchConfig, got {type(config).__name__}"
+            )
+        if config.cluster is None:
+            raise ValidationError(
+                f"{op}: config={config!r} has no cluster; give LaunchConfig(..., cluster=...)"
+            )
+        try:
+            check_against(config, self, op)
+            return self.active_clusters(config, op)
+        except KernelFault as exc:
+            raise self.state.record_fault(exc) from None
+
     def __repr__(self) -> str:
         return f"Function({self.signature.declaration()})"
 

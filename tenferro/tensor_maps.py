@@ -38,6 +38,11 @@ _SWIZZLES = {None: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 _L2_PROMOTIONS = {None: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
 _OOB_FILLS = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}
 _MAX_DIM, _MAX_STRIDE, _MAX_BOX = 1 << 32, 1 << 40, 256
+# Maps already made, by what they were asked with (the span's context, address, layout and
+# type, and the arguments): checking and encoding cost tens of microseconds, and a kernel
+# called in a loop asks for the same maps every call.
+_MADE: dict[tuple, tuple[tuple[int, ...], bytes]] = {}
+_MAX_MADE = 1024
 
 
 class TensorMap:
@@ -68,6 +73,11 @@ class TensorMap:
             f"TensorMap(shape={self.span.shape}, dtype={self.span.scalar_type.name}, "
             f"box={self.box}, swizzle={self.swizzle})"
         )
+
+
+def _exact_ints(value: Any) -> bool:
+    """Whether ``value`` is an int or a tuple of ints, bools and other numbers excluded."""
+    return type(value) is int or (type(value) is tuple and all(type(v) is int for v in value))
 
 
 def _ints(value: Any, rank: int, name: str, lo: int, hi: int, op: str) -> tuple[int, ...]:
@@ -124,6 +134,25 @@ def tensor_map(
         )
     st = span.state
     st.check_use(op)
+    key: tuple | None = (
+        st.context,
+        span.ptr,
+        span.shape,
+        span.strides,
+        span.scalar_type,
+        box,
+        swizzle,
+        element_strides,
+        oob_fill,
+        l2_promotion,
+    )
+    # Only ints are looked up (True or 64.0 would find the map made for 1 or 64, and they are
+    # refused); anything else is checked and encoded the long way.
+    if not (_exact_ints(box) and (element_strides is None or _exact_ints(element_strides))):
+        key = None
+    made = None if key is None else _MADE.get(key)
+    if made is not None:
+        return TensorMap(span, made[0], swizzle, made[1])
     major, minor = st.context.compute_capability
     if major < 9:
         raise ValidationError(
@@ -199,4 +228,8 @@ def tensor_map(
         _OOB_FILLS[oob_fill],
         op,
     )
+    if key is not None:
+        if len(_MADE) >= _MAX_MADE:
+            _MADE.clear()
+        _MADE[key] = (tile, data)
     return TensorMap(span, tile, swizzle, data)

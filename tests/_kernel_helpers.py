@@ -8,7 +8,7 @@ SIZES = [0, 1, 31, 33, (1 << 20) + 7]
 def poisoned(s, shape, dtype):
     """An output pre-filled with NaN (or a sentinel for ints), so unwritten elements show."""
     dt = np.dtype(dtype)
-    fill = np.nan if dt.kind == "f" else np.iinfo(dt).max
+    fill = np.iinfo(dt).max if dt.kind in "iu" else np.nan  # floats, and ml_dtypes' bfloat16
     return s.upload(np.full(shape, fill, dtype=dt))
 
 

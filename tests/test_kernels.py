@@ -15,12 +15,13 @@ from tenferro.kernels import _build, gemm, maps, reduce, rows
         ("elementwise.cu", maps._EXPRS),
         ("reduce.cu", reduce._EXPRS),
         ("rows.cu", rows._EXPRS),
-        ("matmul.cu", gemm._EXPRS),
-        ("matmul_sm90.cu", gemm._WGMMA),
+        *(("matmul.cu", gemm._EXPRS[out]) for out in gemm._OUT_C),
+        *(("matmul_sm90.cu", gemm._WGMMA[out]) for out in gemm._OUT_C),
+        *(("matmul_sm90_tma.cu", gemm._TMA[out]) for out in gemm._OUT_C),
     ],
 )
 def test_every_source_compiles_without_a_gpu(file, exprs):
-    arch = "sm_90a" if file == "matmul_sm90.cu" else "sm_90"
+    arch = "sm_90a" if file.startswith("matmul_sm90") else "sm_90"
     r = tf.compile_cuda(
         _build._source(file),
         arch=arch,
@@ -58,10 +59,21 @@ def _launches():
         + [(name, ["f32", "f32", u32, u32]) for name in softmax],
         "matmul.cu": [("matmul_f32", ["f32", "f32", "f32", u32, u32, u32])]
         + [
-            (name, ["f32", "bf16", "bf16", u32, u32, u32])
-            for name in ("matmul_bf16", *gemm._PIPELINED)
+            (name, [out, "bf16", "bf16", u32, u32, u32])
+            for out in gemm._OUT_C
+            for name in gemm._EXPRS[out]
+            if name != "matmul_f32"
         ],
-        "matmul_sm90.cu": [(name, ["f32", "bf16", "bf16", u32, u32, u32]) for name in gemm._WGMMA],
+        "matmul_sm90.cu": [
+            (name, [out, "bf16", "bf16", u32, u32, u32])
+            for out in gemm._OUT_C
+            for name in gemm._WGMMA[out]
+        ],
+        "matmul_sm90_tma.cu": [
+            (name, ["map", "map", "map", u32, u32, u32])
+            for out in gemm._OUT_C
+            for name in gemm._TMA[out]
+        ],
     }
 
 
@@ -71,8 +83,9 @@ def _launches():
         ("elementwise.cu", maps._EXPRS),
         ("reduce.cu", reduce._EXPRS),
         ("rows.cu", rows._EXPRS),
-        ("matmul.cu", gemm._EXPRS),
-        ("matmul_sm90.cu", gemm._WGMMA),
+        ("matmul.cu", sum(gemm._EXPRS.values(), ())),
+        ("matmul_sm90.cu", sum(gemm._WGMMA.values(), ())),
+        ("matmul_sm90_tma.cu", sum(gemm._TMA.values(), ())),
     ],
 )
 def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
@@ -80,8 +93,9 @@ def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
     # passes must be exactly what its kernel declares (a transpose of f16 takes __half*).
     from tenferro.args import ParamBlock
     from tenferro.dtypes import by_name
+    from tenferro.tensor_maps import TensorMap
 
-    arch = "sm_90a" if file == "matmul_sm90.cu" else "sm_90"
+    arch = "sm_90a" if file.startswith("matmul_sm90") else "sm_90"
     launches = _launches()[file]
     names = [n for n, _ in launches if n != "softmax_rows_f32"]
     assert set(names) == set(exprs)  # every kernel of the file is covered
@@ -94,7 +108,11 @@ def test_every_kernel_takes_the_arguments_its_entry_point_passes(file, exprs):
         assert all(p.c_type is not None for p in sig.params), expr
         args = []
         for p, t in zip(sig.params, types, strict=True):
-            if p.kind == "ptr":
+            if t == "map":  # a tensor map of a bf16 span, as gemm builds it
+                span = tf.TensorRef(ptr, (64, 64), (128, 2), by_name("bf16"), 0, None, None)
+                args.append(TensorMap(span, (64, 64), 128, bytes(128)))
+                ptr += 0x10000
+            elif p.kind == "ptr":
                 args.append(
                     tf.TensorMut(ptr, (4,), (by_name(t).itemsize,), by_name(t), 0, None, None)
                 )

@@ -27,12 +27,26 @@ def test_matmul_f32(session, rng, m, n, kk):
 
 
 # (kernel, tile): the mma.sync kernel at each compiled tile, and on Hopper the wgmma one and the
-# TMA one (its tile: the stages).
+# TMA one (its tile: the stages and the blocks a cluster).
 BF16_KERNELS = [
     *(("mma.sync", t) for t in gemm.BF16_TILES),
     *(("wgmma", t) for t in gemm.WGMMA_TILES),
-    *(("tma", t) for t in gemm.TMA_STAGES),
+    *(("tma", t) for t in gemm.TMA_CONFIGS),
 ]
+_TILE_NAMES = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_CONFIG"}
+
+
+def _check_bf16_product(got, a, b, out_dtype):
+    """``got`` against the float64 product of the bf16 inputs, at the output's precision."""
+    kk = a.shape[1]
+    want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 inputs
+    # float32 accumulation of K unit-variance products errs like K ulps at its running
+    # magnitude (on the H200 at K=4104: up to 1.9e-3, the same bits from wgmma and mma.sync);
+    # a bf16 output adds the rounding of that sum (half a unit in the last of 8 bits); a wrong
+    # element is off by O(1) and more.
+    atol = 1e-5 * np.sqrt(kk) + 1e-6 * kk
+    rtol = 1e-4 if out_dtype == np.float32 else 2.0**-8
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol)
 
 
 @pytest.mark.gpu
@@ -53,25 +67,84 @@ BF16_KERNELS = [
         (4160, 2304, 72),  # more 128 x 256 tiles (297) than SMs: blocks take several in turn
     ],
 )  # partial tiles on every side
-def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk):
+@pytest.mark.parametrize("out_type", ["f32", "bf16"])
+def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m, n, kk, out_type):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     if kernel != "mma.sync" and session.context.compute_capability != (9, 0):
         pytest.skip(f"{kernel} needs compute capability 9.0")
     monkeypatch.setattr(gemm, "WGMMA", kernel != "mma.sync")
     monkeypatch.setattr(gemm, "TMA", kernel == "tma")
-    tile_name = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_STAGE"}[kernel]
-    monkeypatch.setattr(gemm, tile_name, tile)
+    monkeypatch.setattr(gemm, _TILE_NAMES[kernel], tile)
+    out_dtype = np.float32 if out_type == "f32" else ml_dtypes.bfloat16
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
-    out = poisoned(session, (m, n), np.float32)
+    out = poisoned(session, (m, n), out_dtype)
     k.matmul(session, out, session.upload(a), session.upload(b))
-    want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 inputs
-    # float32 accumulation of K unit-variance products errs like K ulps at its running
-    # magnitude (on the H200 at K=4104: up to 1.9e-3, the same bits from wgmma and mma.sync);
-    # a wrong element is off by O(1) and more.
-    np.testing.assert_allclose(
-        session.download(out), want, rtol=1e-4, atol=1e-5 * np.sqrt(kk) + 1e-6 * kk
-    )
+    _check_bf16_product(session.download(out), a, b, out_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("a_type", "out_type", "accepted"),
+    [
+        ("bf16", "bf16", True),
+        ("bf16", "f16", False),
+        ("f32", "f32", True),
+        ("f32", "bf16", False),
+    ],
+)
+def test_matmul_takes_a_bf16_out_for_bf16_factors_only(session, rng, a_type, out_type, accepted):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    types = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+    a = rng.standard_normal((40, 16)).astype(types[a_type])
+    b = rng.standard_normal((16, 24)).astype(types[a_type])
+    out = poisoned(session, (40, 24), types[out_type])
+    if accepted:
+        k.matmul(session, out, session.upload(a), session.upload(b))
+        got = session.download(out).astype(np.float64)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2.0**-8, atol=1e-4)
+        return
+    shape = r"\(40, 24\)"
+    want = f"f32{shape} or bf16{shape}" if a_type == "bf16" else f"f32{shape}"
+    with pytest.raises(
+        tf.ValidationError,
+        match=rf"kernels\.matmul: out must be {want} for {a_type} a and b, got {out_type}{shape}",
+    ):
+        k.matmul(session, out, session.upload(a), session.upload(b))
+    assert np.isnan(session.download(out).astype(np.float64)).all()  # nothing written
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [16, 8])
+def test_the_tma_matmul_takes_an_out_on_16_bytes_and_the_copying_kernel_one_on_8(
+    session, rng, offset
+):
+    # TMA stores the output too, so it needs out 16-byte aligned; out on 8 bytes takes the
+    # Hopper kernel that copies b first, right as well, but it allocates (no capture).
+    from conftest import CAI
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if session.context.compute_capability != (9, 0):
+        pytest.skip("the TMA kernel needs compute capability 9.0")
+    m, n, kk = 136, 264, 72
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+    da, db = session.upload(a), session.upload(b)
+    buf = poisoned(session, (m * n + 4,), np.float32)
+    ptr = buf.__cuda_array_interface__["data"][0] + offset
+    out = CAI(ptr, (m, n), "<f4", keep=buf)
+    k.matmul(session, out, da, db)
+    got = session.download(buf)[offset // 4 : offset // 4 + m * n].reshape(m, n)
+    _check_bf16_product(got, a, b, np.float32)
+    if offset == 16:
+        with session.capture() as cap:
+            k.matmul(session, out, da, db)
+        assert cap.graph is not None
+    else:
+        with pytest.raises(tf.RuntimeStateError, match=r"not allowed during s\.capture\(\)"):
+            with session.capture():
+                k.matmul(session, out, da, db)
 
 
 @pytest.mark.gpu
@@ -89,14 +162,14 @@ def test_matmul_refuses_more_rows_than_the_grid_holds(session, monkeypatch, wgmm
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stages", gemm.TMA_STAGES)
-def test_the_tma_matmul_is_captured_and_replays_right(session, rng, monkeypatch, stages):
+@pytest.mark.parametrize("config", gemm.TMA_CONFIGS)
+def test_the_tma_matmul_is_captured_and_replays_right(session, rng, monkeypatch, config):
     # It allocates nothing (B is read as it is), so a graph can hold it; each replay recomputes.
     ml_dtypes = pytest.importorskip("ml_dtypes")
     if session.context.compute_capability != (9, 0):
         pytest.skip("the TMA kernel needs compute capability 9.0")
     monkeypatch.setattr(gemm, "TMA", True)
-    monkeypatch.setattr(gemm, "TMA_STAGE", stages)
+    monkeypatch.setattr(gemm, "TMA_CONFIG", config)
     m, n, kk = 300, 520, 136
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)

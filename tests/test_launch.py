@@ -399,6 +399,22 @@ def test_a_cluster_launch_shares_memory_across_its_blocks(session, size):
 
 
 @pytest.mark.gpu
+def test_a_grid_of_max_active_clusters_runs_at_once(session):
+    # A persistent kernel sizes its grid by it: clusters of 2 blocks of 200 KiB (one block an
+    # SM) fit at most half the SMs, and a grid of that many clusters runs.
+    _needs_clusters(session)
+    fn = session.compile(CLUSTER_SRC).function("next_in_cluster")
+    sms = session.context.attribute("MULTIPROCESSOR_COUNT")
+    n = fn.max_active_clusters(tf.LaunchConfig(2, 32, 200 * 1024, cluster=2))
+    assert 1 <= n <= sms // 2
+    assert fn.max_active_clusters(tf.LaunchConfig(2, 32, cluster=2)) >= n  # less memory: more
+    out = session.upload(np.full(2 * n, 0xDEADBEEF, dtype=np.uint32))
+    session.launch(fn, tf.LaunchConfig(2 * n, 32, 200 * 1024, cluster=2), [session.tensor_mut(out)])
+    b = np.arange(2 * n)
+    np.testing.assert_array_equal(session.download(out), (b ^ 1) * 1000 + (b ^ 1) % 2)
+
+
+@pytest.mark.gpu
 def test_cluster_refusals_on_the_device(session):
     _needs_clusters(session)
     m = session.compile(CLUSTER_SRC)

@@ -376,6 +376,7 @@ class _Context:
 
 class _Session(RecordsFaults):
     context = _Context()
+    stream = 0x5
 
     def __init__(self):
         self.used, self.caches, self.faults = [], [], []
@@ -407,6 +408,13 @@ def scale_fn(monkeypatch):
         d,
         "func_set_max_dynamic_shared",
         lambda handle, n, op: asked.append(("raise", handle, n, op)),
+    )
+    monkeypatch.setattr(
+        d,
+        "max_active_clusters",
+        lambda handle, dims, cluster, stream, op: (
+            asked.append(("clusters", handle, dims, cluster, stream, op)) or 33
+        ),
     )
     mod = type("M", (), {"state": _Session()})()
     fn = module_part.Function(
@@ -529,6 +537,44 @@ def test_occupancy_with_shared_memory_opts_in_as_a_launch_does(scale_fn):
         ("raise", 0x77, most, "session.launch"),
         (0x77, 32, most, "function.occupancy"),
     ]
+
+
+def test_max_active_clusters_asks_the_driver_after_the_launch_checks(scale_fn):
+    scale_fn, asked = scale_fn
+    most = 227 * 1024 - 1024  # beside the 1 KiB static: opted in first, as a launch does
+    config = tf.LaunchConfig(4, 256, most, cluster=2)
+    assert scale_fn.max_active_clusters(config) == 33
+    assert asked == [
+        ("raise", 0x77, most, "session.launch"),
+        ("clusters", 0x77, config.dims, (2, 1, 1), 0x5, "function.max_active_clusters"),
+    ]
+    assert scale_fn.state.used == ["function.max_active_clusters"]
+
+
+@pytest.mark.parametrize(
+    ("config", "msg"),
+    [
+        (4, r"config must be a LaunchConfig, got int"),
+        (
+            tf.LaunchConfig(4, 256),
+            r"config=LaunchConfig\(grid=\(4, 1, 1\), block=\(256, 1, 1\), shared_mem_bytes=0\) "
+            r"has no cluster; give LaunchConfig\(\.\.\., cluster=\.\.\.\)",
+        ),
+        (
+            tf.LaunchConfig(2, 769, cluster=2),
+            r"block=\(769, 1, 1\) has 769 threads but 'scale' allows at most 768",
+        ),
+        (
+            tf.LaunchConfig(2, 32, 227 * 1024 - 1023, cluster=2),
+            r"shared_mem_bytes=231425 exceeds what 'scale' can have",
+        ),
+    ],
+)
+def test_max_active_clusters_refusals_ask_the_driver_nothing(scale_fn, config, msg):
+    scale_fn, asked = scale_fn
+    with pytest.raises(tf.ValidationError, match=r"^function\.max_active_clusters: " + msg):
+        scale_fn.max_active_clusters(config)
+    assert asked == [] and scale_fn.dynamic_shared_limit == 48 * 1024 - 1024
 
 
 @pytest.mark.parametrize(

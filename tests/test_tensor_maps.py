@@ -66,6 +66,7 @@ def encoded(monkeypatch):
         return bytes(range(128))
 
     monkeypatch.setattr(tensor_map_part._driver, "tensor_map_encode", encode)
+    monkeypatch.setattr(tensor_map_part, "_MADE", {})
     return asked
 
 
@@ -96,6 +97,40 @@ def test_a_map_is_encoded_innermost_first_from_the_spans_own_order(encoded):
     assert tm.data == bytes(range(128)) and tm.span is span and tm.box == (16, 32)
     assert span.state.used == ["tensor_map"]
     assert repr(tm) == "TensorMap(shape=(64, 96), dtype=f32, box=(16, 32), swizzle=None)"
+
+
+def test_a_map_asked_again_is_not_encoded_again(encoded, monkeypatch):
+    # A kernel called in a loop asks for the same maps: each is checked and encoded once.
+    st = _State()
+    first = tf.tensor_map(_span((64, 96), state=st), (16, 32))
+    again = tf.tensor_map(_span((64, 96), state=st), (16, 32))
+    assert len(encoded) == 1 and again.data == first.data and again is not first
+    assert again.box == (16, 32) and st.used == ["tensor_map"] * 2  # still checked for use
+    tf.tensor_map(_span((64, 96), ptr=0x20000, state=st), (16, 32))  # another address
+    tf.tensor_map(_span((64, 96), state=st), (16, 16))  # another box
+    tf.tensor_map(_span((64, 96), state=_State()), (16, 32))  # another device's context
+    assert [args[1] for args in encoded] == [0x10000, 0x20000, 0x10000, 0x10000]
+    # Kept up to _MAX_MADE; the one past it starts over.
+    monkeypatch.setattr(tensor_map_part, "_MAX_MADE", 4)
+    tf.tensor_map(_span((64, 96), state=st), (16, 32))
+    assert len(encoded) == 4 and len(tensor_map_part._MADE) == 4
+    tf.tensor_map(_span((64, 96), state=st), (8, 32))
+    assert len(encoded) == 5 and len(tensor_map_part._MADE) == 1
+
+
+@pytest.mark.parametrize("box", [(True, 32), (1.0, 32), [1, 32]])
+def test_a_box_equal_to_a_made_one_but_not_of_ints_is_checked_again(encoded, box):
+    # True == 1 and 1.0 == 1: a lookup by equality alone would hand back the map made for
+    # (1, 32). A list is checked and encoded, not looked up.
+    st = _State()
+    tf.tensor_map(_span((64, 96), state=st), (1, 32))
+    if isinstance(box, list):
+        assert tf.tensor_map(_span((64, 96), state=st), box).box == (1, 32)
+        assert len(encoded) == 2
+        return
+    with pytest.raises(tf.ValidationError, match=r"tensor_map: box=.* must be 2 int\(s\)"):
+        tf.tensor_map(_span((64, 96), state=st), box)
+    assert len(encoded) == 1 and len(tensor_map_part._MADE) == 1
 
 
 def test_the_options_reach_the_driver_by_their_names(encoded):
