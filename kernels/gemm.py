@@ -51,10 +51,12 @@ _WGMMA = {
 # Hopper through TMA (matmul_sm90_tma.cu), where TMA is on (the default): a persistent,
 # warp-specialized kernel that reads A and B as they are and stores C through TMA, at (stages
 # of 48 KiB, blocks a cluster along M sharing B's loads). H100 (2026-12-07, --matmul-sweep),
-# TFLOP/s at 2048 / 4096 / 8192 into bf16 and into f32 (cuBLAS writes bf16): (3, 1) 676.9 /
-# 782.8 / 775.1 (98%, 99%, 100% of cuBLAS) and 613.1 / 748.1 / 766.2 (89%, 95%, 99%); (4, 1)
-# 680.6 / 780.1 / 785.4 and 612.9 / 749.1 / 771.4: 3 stages, the same speed in 48 KiB less
-# shared memory. Clusters of 2: 270-317 (39-41%), not chosen.
+# TFLOP/s at 2048 / 4096 / 8192 into bf16, then into f32 (cuBLAS writes bf16): (3, 1) 679.8 /
+# 781.6 / 783.7 (98%, 99%, 100% of cuBLAS), 616.3 / 749.3 / 767.0 (89%, 95%, 98%); (4, 1)
+# within 1% of it; (3, 2) 637.6 / 753.7 / 774.8 and 571.3 / 724.2 / 766.4; (4, 2) 642.1 /
+# 769.1 / 786.1 and 578.5 / 745.8 / 777.4. Clusters lose up to 7.3% at 2048 and gain at most 1.4%
+# at 8192; (3, 1) and (4, 1) are within 0.3% of each other below that: (3, 1), the least
+# shared memory.
 TMA = True
 TMA_CONFIGS = ((3, 1), (4, 1), (3, 2), (4, 2))
 TMA_CONFIG = TMA_CONFIGS[0]

@@ -40,11 +40,14 @@ __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
 }
 
 // An arrive on the barrier at bar's offset in block `cta` of the cluster (this one included).
+// The default release at CTA scope, as CUTLASS's cluster barriers: the wgmma reads of the slot
+// it hands back have completed before it (.release.cluster here made the whole kernel 2.5x
+// slower on the H100: 315 against 778 TFLOP/s at 8192^3 into bf16).
 __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar, unsigned cta) {
     asm volatile(
         "{\n .reg .b32 remote;\n"
         " mapa.shared::cluster.u32 remote, %0, %1;\n"
-        " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+        " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
         :: "r"(smem_addr(bar)), "r"(cta) : "memory");
 }
 
