@@ -133,6 +133,7 @@ def main() -> int:
         "'--sweep cumsum': the cumsum variants alone",
     )
     ap.add_argument("--no-matmul", action="store_true")
+    ap.add_argument("--matmul-only", action="store_true", help="the matrix multiply rows alone")
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -361,7 +362,8 @@ def main() -> int:
             f"device copy (s.copy, 256 MiB)  {copy_tbs:5.2f} TB/s: each row's fraction is of this",
             flush=True,
         )
-        for (name, nbytes, f_tf, f_torch, f_cp), f_tf_torch in zip(cases, on_torch, strict=True):
+        memory_bound = [] if ns.matmul_only else list(zip(cases, on_torch, strict=True))
+        for (name, nbytes, f_tf, f_torch, f_cp), f_tf_torch in memory_bound:
             ms = {"tenferro": time_tf(s, f_tf), "torch": time_torch(torch, f_torch)}
             time_tf(s, f_tf_torch, label="tenferro on torch tensors")
             if f_cp is not None:

@@ -112,7 +112,7 @@ def main() -> int:
     checked = []
     with tf.Session(0) as s, tf.Session(0, stream=torch_stream) as st:
         for name, ours, theirs, arrays in cases(torch, ns.n):
-            own = {key: s.upload(v.cpu().numpy()) for key, v in arrays.items()}
+            own = {key: s.upload(_host_copy(v)) for key, v in arrays.items()}
             torch.cuda.synchronize()
             for label, sess, a in (
                 ("tf.Tensors", s, own),
@@ -152,6 +152,16 @@ def main() -> int:
         with open(ns.json, "w") as f:
             json.dump({"n": ns.n, "rows": table, "checked": checked}, f, indent=1)
     return 0 if all(err is None for *_, err in checked) else 1
+
+
+def _host_copy(v):
+    """A numpy copy of torch tensor ``v``; bf16 (which torch cannot give numpy) as ml_dtypes'."""
+    import ml_dtypes
+    import torch
+
+    if v.dtype == torch.bfloat16:
+        return v.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    return v.cpu().numpy()
 
 
 def _agrees(torch, s, sess, ours, theirs, a, arrays):
