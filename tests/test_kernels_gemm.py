@@ -148,6 +148,29 @@ def test_the_tma_matmul_takes_an_out_on_16_bytes_and_the_copying_kernel_one_on_8
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("offset", [8, 1])
+def test_matmul_reads_factors_that_start_inside_a_buffer(session, rng, offset):
+    # torch views that start `offset` bf16 elements into NaN-filled buffers: 16 bytes in (the
+    # TMA kernel's maps start there) and 2 bytes in (the any-shape kernel). A read before the
+    # start would bring a NaN into the result.
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    m, n, kk = 136, 264, 72
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+
+    def inside(x):
+        buf = torch.full((x.size + offset,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        view = buf[offset:].view(x.shape)
+        view.copy_(torch.from_numpy(x.view(np.int16)).view(torch.bfloat16))
+        return view
+
+    out = poisoned(session, (m, n), np.float32)
+    k.matmul(session, out, inside(a), inside(b))
+    _check_bf16_product(session.download(out), a, b, np.float32)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(("wgmma", "kk"), [(True, 8), (False, 8), (False, 7)])
 def test_matmul_refuses_more_rows_than_the_grid_holds(session, monkeypatch, wgmma, kk):
     ml_dtypes = pytest.importorskip("ml_dtypes")
