@@ -14,7 +14,14 @@ from . import _driver
 from .errors import KernelFault, ValidationError
 from .signature import display_name
 
-__all__ = ["LaunchConfig", "LaunchTarget", "check_against", "check_launch", "choose_config"]
+__all__ = [
+    "LaunchConfig",
+    "LaunchTarget",
+    "check_against",
+    "check_cluster",
+    "check_launch",
+    "choose_config",
+]
 
 
 class LaunchTarget(Protocol):
@@ -437,6 +444,40 @@ def check_against(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
         fn.raise_dynamic_shared(dyn)
 
 
+def check_cluster(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
+    """A config's cluster against the kernel's compiled one and the device, the grid aside.
+
+    What `check_launch` asks of a cluster before the driver is asked how many fit, and what
+    `Function.max_active_clusters` asks before it asks.
+    """
+    compiled = fn.compiled_cluster()
+    if compiled is not None and config.cluster is not None and config.cluster != compiled:
+        raise ValidationError(
+            f"{op}: cluster={config.cluster} but {display_name(fn.name)!r} was compiled "
+            f"with __cluster_dims__{compiled}; give that cluster or none"
+        )
+    if config.cluster is None:
+        return
+    ctx = fn.state.context
+    if not ctx.attribute("CLUSTER_LAUNCH"):
+        major, minor = ctx.compute_capability
+        raise ValidationError(
+            f"{op}: cluster={config.cluster} needs thread-block clusters "
+            f"(sm_90 or later); this device is sm_{major}{minor}"
+        )
+    if config.cluster_blocks > 16:
+        raise _cluster_cannot_run(config, fn, op)
+
+
+def _cluster_cannot_run(config: LaunchConfig, fn: LaunchTarget, op: str) -> ValidationError:
+    return ValidationError(
+        f"{op}: clusters of {config.cluster_blocks} blocks of block={config.block} with "
+        f"shared_mem_bytes={config.shared_mem_bytes} cannot run {display_name(fn.name)!r} on "
+        "this device: a cluster's blocks must fit on one group of multiprocessors at once "
+        "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)"
+    )
+
+
 def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
     """`check_against`, and clusters and grid-wide sync against the device and the kernel.
 
@@ -444,19 +485,14 @@ def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
     ``resident_blocks(config, op)`` and ``state.context`` (its device's attributes).
     """
     check_against(config, fn, op)
+    check_cluster(config, fn, op)
     name = display_name(fn.name)
     compiled = fn.compiled_cluster()
-    if compiled is not None:
-        if config.cluster is not None and config.cluster != compiled:
-            raise ValidationError(
-                f"{op}: cluster={config.cluster} but {name!r} was compiled "
-                f"with __cluster_dims__{compiled}; give that cluster or none"
-            )
-        if any(g % c for g, c in zip(config.grid, compiled, strict=True)):
-            raise ValidationError(
-                f"{op}: grid={config.grid} is not a whole number of the "
-                f"clusters {compiled} that {name!r} was compiled with"
-            )
+    if compiled is not None and any(g % c for g, c in zip(config.grid, compiled, strict=True)):
+        raise ValidationError(
+            f"{op}: grid={config.grid} is not a whole number of the "
+            f"clusters {compiled} that {name!r} was compiled with"
+        )
     if fn.grid_sync and not config.cooperative:
         raise ValidationError(
             f"{op}: {name!r} synchronizes the whole grid; launch it with "
@@ -466,20 +502,8 @@ def check_launch(config: LaunchConfig, fn: LaunchTarget, op: str) -> None:
     if not config.extended:
         return
     ctx = fn.state.context
-    if config.cluster is not None:
-        if not ctx.attribute("CLUSTER_LAUNCH"):
-            major, minor = ctx.compute_capability
-            raise ValidationError(
-                f"{op}: cluster={config.cluster} needs thread-block clusters "
-                f"(sm_90 or later); this device is sm_{major}{minor}"
-            )
-        if config.cluster_blocks > 16 or not fn.active_clusters(config, op):
-            raise ValidationError(
-                f"{op}: clusters of {config.cluster_blocks} blocks of block={config.block} with "
-                f"shared_mem_bytes={config.shared_mem_bytes} cannot run {name!r} on this "
-                "device: a cluster's blocks must fit on one group of multiprocessors at once "
-                "(at most 8 blocks portably, up to 16 on sm_90, with their shared memory)"
-            )
+    if config.cluster is not None and not fn.active_clusters(config, op):
+        raise _cluster_cannot_run(config, fn, op)
     if config.pdl and ctx.compute_capability < (9, 0):
         major, minor = ctx.compute_capability
         raise ValidationError(

@@ -16,7 +16,7 @@ from . import _driver
 from .compiler import compile_cuda
 from .entries import find_entry
 from .errors import BackendError, KernelFault, ValidationError
-from .launch_config import LaunchConfig, check_against
+from .launch_config import LaunchConfig, check_against, check_cluster
 from .signature import Signature, display_name, from_driver_layout, kernels_html, parse_ptx
 from .spans import DeviceBytes, TensorMut
 from .variables import Variable, listed, module_variable, ptx_variables
@@ -492,8 +492,9 @@ class Function:
             The clusters resident at once (cuOccupancyMaxActiveClusters).
 
         Raises:
-            ValidationError: ``config`` is not a `LaunchConfig`, has no cluster, or is past
-                the kernel's or the device's limits.
+            ValidationError: ``config`` is not a `LaunchConfig`, has no cluster or one past
+                16 blocks or other than the kernel's ``__cluster_dims__``, the device has no
+                clusters, or the block is past the kernel's or the device's limits.
             RuntimeStateError: The session is closed or used from another thread.
             BackendError: The driver refused the query or the shared-memory opt-in.
             KernelFault: A kernel fault has stopped the session.
@@ -510,6 +511,7 @@ class Function:
             )
         try:
             check_against(config, self, op)
+            check_cluster(config, self, op)
             return self.active_clusters(config, op)
         except KernelFault as exc:
             raise self.state.record_fault(exc) from None

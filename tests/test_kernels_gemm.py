@@ -36,6 +36,14 @@ BF16_KERNELS = [
 _TILE_NAMES = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_CONFIG"}
 
 
+def _took_tma(session, m, n):
+    """Whether a (m, n) product of this session went through the TMA kernel (its plan)."""
+    from tenferro.kernels._build import session_table
+
+    plans = session_table(session).get("plans", {})
+    return any(key[:3] == ("matmul_tma", m, n) for key in plans)
+
+
 def _check_bf16_product(got, a, b, out_dtype):
     """``got`` against the float64 product of the bf16 inputs, at the output's precision."""
     kk = a.shape[1]
@@ -81,6 +89,21 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m,
     out = poisoned(session, (m, n), out_dtype)
     k.matmul(session, out, session.upload(a), session.upload(b))
     _check_bf16_product(session.download(out), a, b, out_dtype)
+    # The TMA cases are the TMA kernel's wherever K and N let it (uploads are 16-byte aligned).
+    assert _took_tma(session, m, n) == (kernel == "tma" and kk % 8 == 0 and n % 8 == 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_type", ["f32", "bf16"])
+def test_matmul_with_k_zero_zeroes_out_of_either_type(session, out_type):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    out_dtype = np.float32 if out_type == "f32" else ml_dtypes.bfloat16
+    a = session.upload(np.zeros((5, 0), ml_dtypes.bfloat16))  # as test_matmul_f32's (5, 7, 0)
+    b = session.upload(np.zeros((0, 8), ml_dtypes.bfloat16))
+    out = poisoned(session, (5, 8), out_dtype)
+    k.matmul(session, out, a, b)
+    got = session.download(out)
+    assert got.dtype == out_dtype and (got.astype(np.float64) == 0.0).all()
 
 
 @pytest.mark.gpu
@@ -137,6 +160,7 @@ def test_the_tma_matmul_takes_an_out_on_16_bytes_and_the_copying_kernel_one_on_8
     k.matmul(session, out, da, db)
     got = session.download(buf)[offset // 4 : offset // 4 + m * n].reshape(m, n)
     _check_bf16_product(got, a, b, np.float32)
+    assert _took_tma(session, m, n) == (offset == 16)
     if offset == 16:
         with session.capture() as cap:
             k.matmul(session, out, da, db)
@@ -168,6 +192,8 @@ def test_matmul_reads_factors_that_start_inside_a_buffer(session, rng, offset):
     out = poisoned(session, (m, n), np.float32)
     k.matmul(session, out, inside(a), inside(b))
     _check_bf16_product(session.download(out), a, b, np.float32)
+    on_hopper = session.context.compute_capability == (9, 0)
+    assert _took_tma(session, m, n) == (offset == 8 and on_hopper)
 
 
 @pytest.mark.gpu

@@ -399,9 +399,9 @@ def test_a_cluster_launch_shares_memory_across_its_blocks(session, size):
 
 
 @pytest.mark.gpu
-def test_a_grid_of_max_active_clusters_runs_at_once(session):
+def test_max_active_clusters_is_within_the_device_and_a_grid_of_them_runs(session):
     # A persistent kernel sizes its grid by it: clusters of 2 blocks of 200 KiB (one block an
-    # SM) fit at most half the SMs, and a grid of that many clusters runs.
+    # SM) are at most half the SMs, and a grid of that many clusters runs right.
     _needs_clusters(session)
     fn = session.compile(CLUSTER_SRC).function("next_in_cluster")
     sms = session.context.attribute("MULTIPROCESSOR_COUNT")

@@ -362,15 +362,21 @@ _FUNC_ATTRIBUTES = {
     "MAX_THREADS_PER_BLOCK": 768,
     "PTX_VERSION": 87,
     "BINARY_VERSION": 90,
+    "REQUIRED_CLUSTER_WIDTH": 0,  # no __cluster_dims__
+    "REQUIRED_CLUSTER_HEIGHT": 0,
+    "REQUIRED_CLUSTER_DEPTH": 0,
 }
 
 
 class _Context:
+    compute_capability = (9, 0)
+
     def attribute(self, name):
         return {
             "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
             "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
             "MAX_REGISTERS_PER_BLOCK": 65536,
+            "CLUSTER_LAUNCH": 1,
         }[name]
 
 
@@ -575,6 +581,64 @@ def test_max_active_clusters_refusals_ask_the_driver_nothing(scale_fn, config, m
     with pytest.raises(tf.ValidationError, match=r"^function\.max_active_clusters: " + msg):
         scale_fn.max_active_clusters(config)
     assert asked == [] and scale_fn.dynamic_shared_limit == 48 * 1024 - 1024
+
+
+@pytest.mark.parametrize(("blocks", "asked"), [(16, True), (32, False)])
+def test_max_active_clusters_takes_clusters_up_to_16_blocks(scale_fn, monkeypatch, blocks, asked):
+    from tenferro import module as module_part
+
+    scale_fn, calls = scale_fn
+    monkeypatch.setattr(module_part._driver, "func_set_attribute", lambda *a: calls.append(a))
+    config = tf.LaunchConfig(blocks, 32, cluster=blocks)
+    if asked:  # past 8 blocks (the portable size) the kernel is opted in first
+        assert scale_fn.max_active_clusters(config) == 33
+        assert calls[0] == (
+            0x77,
+            "NON_PORTABLE_CLUSTER_SIZE_ALLOWED",
+            1,
+            "function.max_active_clusters",
+        )
+        return
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^function\.max_active_clusters: clusters of 32 blocks of block=\(32, 1, 1\) "
+        r"with shared_mem_bytes=0 cannot run 'scale' on this device",
+    ):
+        scale_fn.max_active_clusters(config)
+    assert calls == []
+
+
+def test_max_active_clusters_refuses_a_device_without_clusters(scale_fn, monkeypatch):
+    scale_fn, asked = scale_fn
+    monkeypatch.setattr(scale_fn.state.context, "compute_capability", (8, 0))
+    monkeypatch.setattr(
+        scale_fn.state.context, "attribute", lambda name: 0 if name == "CLUSTER_LAUNCH" else 1
+    )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^function\.max_active_clusters: cluster=\(2, 1, 1\) needs thread-block "
+        r"clusters \(sm_90 or later\); this device is sm_80",
+    ):
+        scale_fn.max_active_clusters(tf.LaunchConfig(2, 32, cluster=2))
+    assert asked == []
+
+
+def test_max_active_clusters_refuses_a_cluster_other_than_the_compiled_one(scale_fn, monkeypatch):
+    from tenferro import module as module_part
+
+    scale_fn, asked = scale_fn
+    dims = {"REQUIRED_CLUSTER_WIDTH": 2, "REQUIRED_CLUSTER_HEIGHT": 1, "REQUIRED_CLUSTER_DEPTH": 1}
+    monkeypatch.setattr(
+        module_part._driver, "func_attribute", lambda handle, name: dims.get(name, 0)
+    )
+    with pytest.raises(
+        tf.ValidationError,
+        match=r"^function\.max_active_clusters: cluster=\(4, 1, 1\) but 'scale' was "
+        r"compiled with __cluster_dims__\(2, 1, 1\); give that cluster or none",
+    ):
+        scale_fn.max_active_clusters(tf.LaunchConfig(4, 32, cluster=4))
+    assert scale_fn.max_active_clusters(tf.LaunchConfig(4, 32, cluster=2)) == 33
+    assert [a[0] for a in asked] == ["clusters"]
 
 
 @pytest.mark.parametrize(
