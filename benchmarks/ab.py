@@ -30,13 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _axpy import AXPY_SRC
 
 N = 4096
-SRC = r"""
-extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}"""
 _NAME = re.compile(r"\btenferro\b(?=[.\s,;)]|$)", re.M)
 
 
@@ -57,7 +53,7 @@ def rows(tfm: Any, stack: list[Any], torch: Any) -> dict[str, Callable[[], Any]]
     """The timed calls on one tree: ``name -> call``; its sessions go on ``stack``."""
     s = tfm.Session(0).__enter__()  # as a with block opens it (the older trees have no open)
     stack.append(s)
-    fn = s.compile(SRC).function("axpy")
+    fn = s.compile(AXPY_SRC).function("axpy")
     cfg = tfm.LaunchConfig.flat(N, 256)
     ty, tx = (s.upload(np.random.rand(N).astype(np.float32)) for _ in range(2))
     f32, u32 = tfm.f32, tfm.u32
@@ -78,7 +74,7 @@ def rows(tfm: Any, stack: list[Any], torch: Any) -> dict[str, Callable[[], Any]]
     y, x = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
     st = tfm.Session(0, stream=torch.cuda.current_stream().cuda_stream).__enter__()
     stack.append(st)
-    fn_t = st.compile(SRC).function("axpy")
+    fn_t = st.compile(AXPY_SRC).function("axpy")
     out["s.launch, torch tensors, own stream"] = lambda: s.launch(
         fn, cfg, [s.tensor_mut(y), s.tensor(x), f32(2.0), u32(N)]
     )

@@ -21,14 +21,11 @@ import sys
 import tempfile
 import time
 
+from _axpy import AXPY_SRC
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 
-KERNEL = r"""
-extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}"""
 
 CHECK = """
 import numpy as np
@@ -113,7 +110,7 @@ def _process(name: str, body: str, src: str, cache: str) -> float:
 
 def _run(name: str, body: str, tag: int) -> tuple[float, float]:
     """(cold, warm): a new source with empty caches, then the same source again."""
-    src = KERNEL + f"\n// {name} run {tag} {time.time_ns()}\n"
+    src = AXPY_SRC + f"\n// {name} run {tag} {time.time_ns()}\n"
     with tempfile.TemporaryDirectory() as cache:
         return _process(name, body, src, cache), _process(name, body, src, cache)
 

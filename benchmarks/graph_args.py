@@ -23,14 +23,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from _axpy import AXPY_SRC
+
 import tenferro as tf
 
-SRC = r"""
-extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}
-"""
 KERNELS, STEPS, ROUNDS = 20, 50, 15
 
 
@@ -43,7 +39,7 @@ def main() -> int:
     x0, y0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     with tf.Session(0) as s:
         name = s.context.name
-        axpy = s.compile(SRC).function("axpy")
+        axpy = s.compile(AXPY_SRC).function("axpy")
         cfg = tf.LaunchConfig.flat(n)
         x, y = s.upload(x0), s.upload(y0)
 

@@ -31,16 +31,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
+from _axpy import AXPY_SRC  # noqa: E402
 from launch import Method, run_interleaved  # noqa: E402
 
 import tenferro as tf  # noqa: E402
 
 N = 4096
-SRC = r"""
-extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}"""
 
 
 def main() -> int:
@@ -58,7 +54,7 @@ def main() -> int:
     tf.build_fast_launcher()  # the steady state: a hot process launches through the @njit path
     with tf.Session(0) as s, tf.Session(0, stream=torch_stream) as st:
         cfg = tf.LaunchConfig.flat(N, 256)
-        fn, fn_t = s.compile(SRC).function("axpy"), st.compile(SRC).function("axpy")
+        fn, fn_t = s.compile(AXPY_SRC).function("axpy"), st.compile(AXPY_SRC).function("axpy")
         ty, tx = (
             s.upload(np.random.rand(N).astype(np.float32)),
             s.upload(np.random.rand(N).astype(np.float32)),
@@ -81,7 +77,8 @@ def main() -> int:
                 return (0, torch_stream)
 
         cst = dev.create_stream(_Torch())
-        kern = ObjectCode.from_cubin(tf.compile_cuda(SRC, arch="sm_90").image).get_kernel("axpy")
+        cubin = tf.compile_cuda(AXPY_SRC, arch="sm_90").image
+        kern = ObjectCode.from_cubin(cubin).get_kernel("axpy")
         conf = LaunchConfig(grid=(N + 255) // 256, block=256)
         methods.append(
             Method(
