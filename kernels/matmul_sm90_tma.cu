@@ -5,7 +5,8 @@
 // STAGES-deep ring of shared memory; warpgroups 1 and 2 consume, each 64 rows of the tile with
 // wgmma, A K-major and B MN-major (no copy of B: wgmma transposes 16-bit operands itself).
 // Full and empty mbarriers a stage hand the ring between them; the pipeline runs on across
-// tiles, so the next tile's loads overlap this tile's epilogue. With clusters of CM blocks
+// tiles, so the next tile's loads overlap this tile's epilogue, in which each consumer stages
+// its rows of C in shared memory and stores them with TMA. With clusters of CM blocks
 // along M (CM = 2), the blocks of a cluster take vertically adjacent tiles, which share B's
 // K-tiles: each block loads 1/CM of them and TMA multicasts it into every block of the
 // cluster, so B crosses L2 once a cluster. The maps zero-fill past the edges; M, N, K any,
