@@ -672,6 +672,14 @@ class ParamBlock(ParamBlockBase):
                     f"    elif (a := slot({i}, a, state, op)) is not None:",
                     "        spans.append(a)",
                 ]
+            elif self._takes_tensor_map(i):  # the map's bytes; its span is held
+                lines += [
+                    "    if a.__class__ is TensorMap and a.span.state is state:",
+                    f"        mv[{off}:{off + 128}] = a.data",
+                    "        spans.append(a.span)",
+                    f"    elif (a := slot({i}, a, state, op)) is not None:",
+                    "        spans.append(a)",
+                ]
             else:
                 size = self.params[i].size
                 # numpy scalars (np.float32(x)) of a type the parameter takes: their own bits,
@@ -723,6 +731,7 @@ class ParamBlock(ParamBlockBase):
             "TensorMut": TensorMut,
             "TensorRef": TensorRef,
             "DeviceBytes": DeviceBytes,
+            "TensorMap": TensorMap,
             "check_overlaps": check_overlaps,
         }
         exec(
@@ -760,15 +769,15 @@ class ParamBlock(ParamBlockBase):
             f"{op}: args[{i}]{name} is {got or _phrase(a)}, the kernel takes {what}{hint}"
         )
 
-    def _pack_tensor_map(self, i: int, a: TensorMap, state: Any, op: str) -> Span:
-        """Write a tensor map where the kernel takes a ``CUtensorMap``; its span is held."""
+    def _takes_tensor_map(self, i: int) -> bool:
+        """Whether parameter ``i`` is a ``CUtensorMap`` by value (or 128 bytes of no C type)."""
         p = self.params[i]
         name = None if p.c_type is None else p.c_type.unqualified().name
-        if (
-            p.kind != BYTES
-            or p.size != 128
-            or (name is not None and name not in TENSOR_MAP_C_TYPES)
-        ):
+        return p.kind == BYTES and p.size == 128 and (name is None or name in TENSOR_MAP_C_TYPES)
+
+    def _pack_tensor_map(self, i: int, a: TensorMap, state: Any, op: str) -> Span:
+        """Write a tensor map where the kernel takes a ``CUtensorMap``; its span is held."""
+        if not self._takes_tensor_map(i):
             raise self.mismatch(op, i, a, got=f"a TensorMap ({len(a.data)} bytes)")
         if a.span.state is not state:
             raise ValidationError(

@@ -545,7 +545,18 @@ def _signatures():
         tf.compile_cuda(TYPED).signatures["t"],
         tf.compile_cuda(COMPLEX).signatures["z"],
         tf.compile_cuda(STRUCTS).signatures["st"],
+        tf.compile_cuda(MAPS).signatures["tm"],
     ]
+
+
+# Tensor maps by value, beside a pointer, a scalar and a struct of their size that is no map.
+MAPS = r"""
+struct alignas(64) CUtensorMap_st { unsigned long long opaque[16]; };
+typedef CUtensorMap_st CUtensorMap;
+struct alignas(64) Other { unsigned long long v[16]; };
+extern "C" __global__ void tm(const __grid_constant__ CUtensorMap a, float* y,
+                              const __grid_constant__ CUtensorMap b, Other o, unsigned n) {}
+"""
 
 
 COMPLEX = r"""
@@ -608,7 +619,10 @@ def _pool():
         "text",
         None,
     ]
-    return spans + values
+    maps = [  # over spans of ours and of another session, each map's bytes its own
+        tf.TensorMap(spans[i], (4,), None, bytes([i + 1]) * 128) for i in (0, 1, 4, 6)
+    ]
+    return spans + values + maps
 
 
 _OURS = object()  # the session the spans of these tests belong to
@@ -636,6 +650,10 @@ def _fitting(p, pool):
     if p.kind == INT:
         return [tf.u32(7), 5] if p.size == 4 else [tf.u64(9), tf.i64(-9), 5]
     if p.kind == BYTES:
+        if p.size == 128:  # a tensor map, or a struct of its size
+            return [a for a in pool if isinstance(a, tf.TensorMap)] + [
+                tf.KernelArg.struct(b"z" * 128, align=64)
+            ]
         if p.scalar is not None:  # float2 / double2 by value: a complex too
             return [tf.KernelArg.struct(b"z" * p.size), 1 + 2j, np.complex64(2 - 1j)]
         return [tf.KernelArg.struct(b"z" * p.size)]
@@ -695,6 +713,36 @@ def test_the_usual_arguments_take_the_straight_line_alone(monkeypatch):
         block = ParamBlock(sig)  # binds the spy as its slot check
         block.pack(args, _OURS, "session.launch")
         assert slow == [] and bytes(block._mv) == packed
+
+
+def test_a_tensor_map_takes_the_straight_line_and_passes_its_bytes_and_its_span(monkeypatch):
+    # A map where the kernel takes a CUtensorMap: its 128 bytes at the parameter's offset,
+    # its span among the launch's spans (held, overlap-checked), no per-slot check.
+    from tenferro.dtypes import by_name
+
+    sig = tf.compile_cuda(MAPS).signatures["tm"]
+    f32 = by_name("f32")
+    a_span = tf.TensorRef(0x1000, (4,), (4,), f32, 0, None, _OURS)
+    y = tf.TensorMut(0x2000, (4,), (4,), f32, 0, None, _OURS)
+    b_span = tf.TensorRef(0x3000, (4,), (4,), f32, 0, None, _OURS)
+    a_map = tf.TensorMap(a_span, (4,), None, bytes(range(128)))
+    b_map = tf.TensorMap(b_span, (4,), None, bytes(range(128, 256)))
+    other = tf.KernelArg.struct(b"o" * 128, align=64)
+    args = [a_map, y, b_map, other, tf.u32(7)]
+    block = ParamBlock(sig)
+    assert block.pack(args, _OURS, "session.launch") == [a_span, y, b_span]
+    packed = bytes(block._mv)
+    offsets = block.offsets
+    assert packed[offsets[0] : offsets[0] + 128] == a_map.data
+    assert packed[offsets[2] : offsets[2] + 128] == b_map.data
+    # A map where the kernel takes another struct of its size is refused, naming both.
+    with pytest.raises(tf.ValidationError, match=r"args\[3\] 'o' is a TensorMap .*Other"):
+        ParamBlock(sig).pack([a_map, y, b_map, a_map, tf.u32(7)], _OURS, "session.launch")
+    slow = []
+    monkeypatch.setattr(ParamBlock, "pack_slot", lambda self, i, *a: slow.append(i))
+    block = ParamBlock(sig)
+    block.pack(args, _OURS, "session.launch")
+    assert slow == [3]  # the struct alone: the maps, the pointer and the scalar inline
 
 
 def test_which_parameters_take_a_span_and_which_refuse_it():
