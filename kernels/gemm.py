@@ -95,19 +95,35 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     op = "kernels.matmul"
     check_session(s, op)
     om, ar, br = s.tensor_mut(out), s.tensor(a), s.tensor(b)
-    if ar.ndim != 2 or br.ndim != 2 or ar.shape[1] != br.shape[0]:
-        raise ValidationError(f"{op}: a{ar.shape} @ b{br.shape} needs a (M, K) and b (K, N)")
-    m, k = ar.shape
-    n = br.shape[1]
-    ta, tb, to = ar.scalar_type.name, br.scalar_type.name, om.scalar_type.name
-    if ta != tb or ta not in ("f32", "bf16"):
-        raise ValidationError(f"{op}: a is {ta}, b is {tb}; both must be f32 or both bf16")
-    outs = ("f32", "bf16") if ta == "bf16" else ("f32",)
-    if om.shape != (m, n) or to not in outs:
-        want = " or ".join(f"{t}{(m, n)}" for t in outs)
-        raise ValidationError(f"{op}: out must be {want} for {ta} a and b, got {to}{om.shape}")
-    if max(m, n, k) >= 1 << 31:
-        raise ValidationError(f"{op}: dimensions {(m, n, k)} must be below 2**31")
+    # What the checks and the choice of kernel conclude depends on the shapes, the types and
+    # the module's switches alone: worked out once a session, a call then makes its maps.
+    key = (
+        op,
+        om.shape,
+        ar.shape,
+        br.shape,
+        om.scalar_type,
+        ar.scalar_type,
+        br.scalar_type,
+        TMA,
+        TMA_CONFIG,
+        WGMMA,
+    )
+    tma = plan(s, key, lambda: _tma_call(s, op, om, ar, br))
+    if tma and not (om.ptr | ar.ptr | br.ptr) & 15:  # B read in place: it can be captured
+        fn, config, out_box, scalars = tma
+        s.launch(
+            fn,
+            config,
+            [
+                tensor_map(om, box=out_box, swizzle=128),
+                tensor_map(ar, box=(128, 64), swizzle=128),
+                tensor_map(br, box=(64, 64), swizzle=128),
+                *scalars,
+            ],
+        )
+        return
+    m, n, k, ta, to = _checked(op, om, ar, br)
     if m == 0 or n == 0:
         return
     if k == 0:  # an empty sum: zero bytes are 0.0 in f32 and in bf16
@@ -121,21 +137,6 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         and om.ptr % (2 * om.scalar_type.itemsize) == 0
     )
     wgmma = ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0)
-    if wgmma and TMA and om.ptr % 16 == 0:  # B read in place: no copy, so it can be captured
-        fn, config = plan(s, ("matmul_tma", m, n, to, TMA_CONFIG), lambda: _tma_plan(s, m, n, to))
-        s.launch(
-            fn,
-            config,
-            [
-                tensor_map(om, box=(64, 128 // om.scalar_type.itemsize), swizzle=128),
-                tensor_map(ar, box=(128, 64), swizzle=128),
-                tensor_map(br, box=(64, 64), swizzle=128),
-                u32(m),
-                u32(n),
-                u32(k),
-            ],
-        )
-        return
     # Pick the kernel and its geometry, then check and launch once.
     if wgmma:
         bn, stages = WGMMA_TILE
@@ -166,6 +167,47 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads, shared_mem_bytes=smem),
         [om, ar, br, u32(m), u32(n), u32(k)],
     )
+
+
+def _checked(op: str, om: Any, ar: Any, br: Any) -> tuple[int, int, int, str, str]:
+    """(M, N, K, the factors' type, out's type), or the refusal of shapes and types."""
+    if ar.ndim != 2 or br.ndim != 2 or ar.shape[1] != br.shape[0]:
+        raise ValidationError(f"{op}: a{ar.shape} @ b{br.shape} needs a (M, K) and b (K, N)")
+    m, k = ar.shape
+    n = br.shape[1]
+    ta, tb, to = ar.scalar_type.name, br.scalar_type.name, om.scalar_type.name
+    if ta != tb or ta not in ("f32", "bf16"):
+        raise ValidationError(f"{op}: a is {ta}, b is {tb}; both must be f32 or both bf16")
+    outs = ("f32", "bf16") if ta == "bf16" else ("f32",)
+    if om.shape != (m, n) or to not in outs:
+        want = " or ".join(f"{t}{(m, n)}" for t in outs)
+        raise ValidationError(f"{op}: out must be {want} for {ta} a and b, got {to}{om.shape}")
+    if max(m, n, k) >= 1 << 31:
+        raise ValidationError(f"{op}: dimensions {(m, n, k)} must be below 2**31")
+    return m, n, k, ta, to
+
+
+def _tma_call(s: Any, op: str, om: Any, ar: Any, br: Any) -> tuple | bool:
+    """For shapes and types the TMA kernel takes: its Function, config, out's box, scalars.
+
+    False for others (a wrong shape or type raises here). The kernel also needs the three
+    spans on 16 bytes, which each call checks.
+    """
+    m, n, k, ta, to = _checked(op, om, ar, br)
+    if not (
+        ta == "bf16"
+        and TMA
+        and WGMMA
+        and m > 0
+        and n > 0
+        and k > 0
+        and k % 8 == 0
+        and n % 8 == 0
+        and s.context.compute_capability == (9, 0)
+    ):
+        return False
+    fn, config = _tma_plan(s, m, n, to)
+    return fn, config, (64, 128 // om.scalar_type.itemsize), (u32(m), u32(n), u32(k))
 
 
 def _tma_plan(s: Any, m: int, n: int, to: str) -> tuple[Any, LaunchConfig]:

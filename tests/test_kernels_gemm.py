@@ -36,12 +36,11 @@ BF16_KERNELS = [
 _TILE_NAMES = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_CONFIG"}
 
 
-def _took_tma(session, m, n):
-    """Whether a (m, n) product of this session went through the TMA kernel (its plan)."""
-    from tenferro.kernels._build import session_table
-
-    plans = session_table(session).get("plans", {})
-    return any(key[:3] == ("matmul_tma", m, n) for key in plans)
+def _took_tma(session, call):
+    """Whether ``call()`` ran the TMA kernel, as the session's timeline names what ran."""
+    with session.timeline() as t:
+        call()
+    return any("matmul_bf16_tma" in launch.kernel for launch in t.launches)
 
 
 def _check_bf16_product(got, a, b, out_dtype):
@@ -87,10 +86,11 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m,
     a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
     out = poisoned(session, (m, n), out_dtype)
-    k.matmul(session, out, session.upload(a), session.upload(b))
+    da, db = session.upload(a), session.upload(b)
+    took_tma = _took_tma(session, lambda: k.matmul(session, out, da, db))
     _check_bf16_product(session.download(out), a, b, out_dtype)
     # The TMA cases are the TMA kernel's wherever K and N let it (uploads are 16-byte aligned).
-    assert _took_tma(session, m, n) == (kernel == "tma" and kk % 8 == 0 and n % 8 == 0)
+    assert took_tma == (kernel == "tma" and kk % 8 == 0 and n % 8 == 0)
 
 
 @pytest.mark.gpu
@@ -157,10 +157,10 @@ def test_the_tma_matmul_takes_an_out_on_16_bytes_and_the_copying_kernel_one_on_8
     buf = poisoned(session, (m * n + 4,), np.float32)
     ptr = buf.__cuda_array_interface__["data"][0] + offset
     out = CAI(ptr, (m, n), "<f4", keep=buf)
-    k.matmul(session, out, da, db)
+    took_tma = _took_tma(session, lambda: k.matmul(session, out, da, db))
     got = session.download(buf)[offset // 4 : offset // 4 + m * n].reshape(m, n)
     _check_bf16_product(got, a, b, np.float32)
-    assert _took_tma(session, m, n) == (offset == 16)
+    assert took_tma == (offset == 16)
     if offset == 16:
         with session.capture() as cap:
             k.matmul(session, out, da, db)
@@ -190,10 +190,11 @@ def test_matmul_reads_factors_that_start_inside_a_buffer(session, rng, offset):
         return view
 
     out = poisoned(session, (m, n), np.float32)
-    k.matmul(session, out, inside(a), inside(b))
+    a_in, b_in = inside(a), inside(b)
+    took_tma = _took_tma(session, lambda: k.matmul(session, out, a_in, b_in))
     _check_bf16_product(session.download(out), a, b, np.float32)
     on_hopper = session.context.compute_capability == (9, 0)
-    assert _took_tma(session, m, n) == (offset == 8 and on_hopper)
+    assert took_tma == (offset == 8 and on_hopper)
 
 
 @pytest.mark.gpu
