@@ -546,9 +546,16 @@ def _signatures():
         tf.compile_cuda(COMPLEX).signatures["z"],
         tf.compile_cuda(STRUCTS).signatures["st"],
         tf.compile_cuda(MAPS).signatures["tm"],
+        parse_ptx(PTX_MAPS, "t")["pmaps"],
     ]
 
 
+# 128-byte parameters of no C type, as PTX declares a CUtensorMap: a map or a struct goes there.
+PTX_MAPS = """
+.visible .entry pmaps(.param .align 64 .b8 pmaps_param_0[128], .param .u64 pmaps_param_1,
+                      .param .align 64 .b8 pmaps_param_2[128], .param .u32 pmaps_param_3)
+{ ret; }
+"""
 # Tensor maps by value, beside a pointer, a scalar and a struct of their size that is no map.
 MAPS = r"""
 struct alignas(64) CUtensorMap_st { unsigned long long opaque[16]; };
@@ -619,9 +626,15 @@ def _pool():
         "text",
         None,
     ]
-    maps = [  # over spans of ours and of another session, each map's bytes its own
-        tf.TensorMap(spans[i], (4,), None, bytes([i + 1]) * 128) for i in (0, 1, 4, 6)
+    # Maps over memory no other span of the pool touches (so that lists of maps pack often),
+    # of ours read-only and writable, and of another session; each map's bytes its own.
+    map_spans = [
+        tf.TensorRef(0x9000, (4,), (4,), f32, 0, None, ours),
+        tf.TensorRef(0x9000, (4,), (4,), f32, 0, None, ours),
+        tf.TensorMut(0xA000, (4,), (4,), f32, 0, None, ours),
+        tf.TensorRef(0xB000, (4,), (4,), f32, 0, None, theirs),
     ]
+    maps = [tf.TensorMap(sp, (4,), None, bytes([i + 1]) * 128) for i, sp in enumerate(map_spans)]
     return spans + values + maps
 
 
@@ -650,13 +663,13 @@ def _fitting(p, pool):
     if p.kind == INT:
         return [tf.u32(7), 5] if p.size == 4 else [tf.u64(9), tf.i64(-9), 5]
     if p.kind == BYTES:
-        if p.size == 128:  # a tensor map, or a struct of its size
-            return [a for a in pool if isinstance(a, tf.TensorMap)] + [
-                tf.KernelArg.struct(b"z" * 128, align=64)
-            ]
+        struct = tf.KernelArg.struct(b"z" * p.size)
+        name = None if p.c_type is None else p.c_type.unqualified().name
+        if p.size == 128 and name in (None, "CUtensorMap", "CUtensorMap_st"):
+            return [a for a in pool if isinstance(a, tf.TensorMap) and a.state is _OURS] + [struct]
         if p.scalar is not None:  # float2 / double2 by value: a complex too
             return [tf.KernelArg.struct(b"z" * p.size), 1 + 2j, np.complex64(2 - 1j)]
-        return [tf.KernelArg.struct(b"z" * p.size)]
+        return [struct]
     return pool
 
 
