@@ -36,11 +36,18 @@ BF16_KERNELS = [
 _TILE_NAMES = {"mma.sync": "BF16_TILE", "wgmma": "WGMMA_TILE", "tma": "TMA_CONFIG"}
 
 
-def _took_tma(session, call):
-    """Whether ``call()`` ran the TMA kernel, as the session's timeline names what ran."""
+def _kernels_run(session, call):
+    """The kernels ``call()`` launched, by name, as the session's timeline saw them."""
     with session.timeline() as t:
         call()
-    return any("matmul_bf16_tma" in launch.kernel for launch in t.launches)
+    return [launch.kernel for launch in t.launches]
+
+
+def _tma_kernel(out_type, config=None):
+    """The TMA kernel's name at ``config`` (the default's) into ``out_type``, as a timeline
+    names it."""
+    c_type = {"f32": "float", "bf16": "__nv_bfloat16"}[out_type]
+    return "matmul_bf16_tma<{}, {}, {}>".format(c_type, *(config or gemm.TMA_CONFIG))
 
 
 def _check_bf16_product(got, a, b, out_dtype):
@@ -87,10 +94,14 @@ def test_matmul_bf16_on_tensor_cores(session, rng, monkeypatch, kernel, tile, m,
     b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
     out = poisoned(session, (m, n), out_dtype)
     da, db = session.upload(a), session.upload(b)
-    took_tma = _took_tma(session, lambda: k.matmul(session, out, da, db))
+    ran = _kernels_run(session, lambda: k.matmul(session, out, da, db))
     _check_bf16_product(session.download(out), a, b, out_dtype)
-    # The TMA cases are the TMA kernel's wherever K and N let it (uploads are 16-byte aligned).
-    assert took_tma == (kernel == "tma" and kk % 8 == 0 and n % 8 == 0)
+    # The TMA cases are the TMA kernel's, at the tile asked, wherever K and N let it (uploads
+    # are 16-byte aligned); elsewhere no TMA kernel runs.
+    if kernel == "tma" and kk % 8 == 0 and n % 8 == 0:
+        assert ran == [_tma_kernel(out_type, tile)]
+    else:
+        assert not any(name.startswith("matmul_bf16_tma") for name in ran)
 
 
 @pytest.mark.gpu
@@ -157,10 +168,10 @@ def test_the_tma_matmul_takes_an_out_on_16_bytes_and_the_copying_kernel_one_on_8
     buf = poisoned(session, (m * n + 4,), np.float32)
     ptr = buf.__cuda_array_interface__["data"][0] + offset
     out = CAI(ptr, (m, n), "<f4", keep=buf)
-    took_tma = _took_tma(session, lambda: k.matmul(session, out, da, db))
+    ran = _kernels_run(session, lambda: k.matmul(session, out, da, db))
     got = session.download(buf)[offset // 4 : offset // 4 + m * n].reshape(m, n)
     _check_bf16_product(got, a, b, np.float32)
-    assert took_tma == (offset == 16)
+    assert (ran == [_tma_kernel("f32")]) == (offset == 16)
     if offset == 16:
         with session.capture() as cap:
             k.matmul(session, out, da, db)
@@ -191,10 +202,10 @@ def test_matmul_reads_factors_that_start_inside_a_buffer(session, rng, offset):
 
     out = poisoned(session, (m, n), np.float32)
     a_in, b_in = inside(a), inside(b)
-    took_tma = _took_tma(session, lambda: k.matmul(session, out, a_in, b_in))
+    ran = _kernels_run(session, lambda: k.matmul(session, out, a_in, b_in))
     _check_bf16_product(session.download(out), a, b, np.float32)
     on_hopper = session.context.compute_capability == (9, 0)
-    assert took_tma == (offset == 8 and on_hopper)
+    assert (ran == [_tma_kernel("f32")]) == (offset == 8 and on_hopper)
 
 
 @pytest.mark.gpu
