@@ -1,6 +1,6 @@
 """Host cost of each ready kernel called as the README shows it, against torch's own op.
 
-    python3 benchmarks/kernels_host.py [--json kernels_host.json] [--n 4096]
+    python3 benchmarks/kernels_host.py [--json kernels_host.json] [--n 4096] [--matmul-parts]
 
 n = 4096 float32 elements (64 x 64 for the row kernels; bf16 (64, 64) @ (64, 64) for the matrix
 multiply), so the device keeps up with the host and the figure is the host's. Every call is
@@ -11,12 +11,16 @@ that writes into an existing output where ours does (``fill_``, ``copy_``, ``add
 ``out=``); ``sum`` and ``max`` make a new 0-d result in both libraries, and torch's softmax a
 new output (it takes no ``out``).
 All rows run interleaved in one process with the launch benchmark's timer (median of batches).
-Before the timing every tenferro row's result is checked against torch's.
+Before the timing every tenferro row's result is checked against torch's. ``--matmul-parts``
+adds the pieces of a matmul call from torch tensors, each alone (sm_90 and later): one span, one
+kept tensor map, and the launch of a kernel with the TMA kernel's parameters and config given
+new maps each call.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -103,6 +107,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--matmul-parts", action="store_true")
     ns = ap.parse_args()
     import torch
 
@@ -128,6 +133,8 @@ def main() -> int:
                     )
                 )
             methods.append(Method(f"{name}: torch", lambda f=theirs, a=arrays: f(a), batch=100))
+            if ns.matmul_parts and name == "matmul bf16":
+                methods += _matmul_parts(st, arrays)
 
         def sync() -> None:
             s.synchronize()
@@ -152,6 +159,55 @@ def main() -> int:
         with open(ns.json, "w") as f:
             json.dump({"n": ns.n, "rows": table, "checked": checked}, f, indent=1)
     return 0 if all(err is None for *_, err in checked) else 1
+
+
+# A kernel with the parameters of the TMA matmul's, which does nothing: its launch alone.
+_THREE_MAPS = r"""
+struct alignas(64) CUtensorMap_st { unsigned long long opaque[16]; };
+typedef CUtensorMap_st CUtensorMap;
+extern "C" __global__ void three_maps(const __grid_constant__ CUtensorMap c,
+                                      const __grid_constant__ CUtensorMap a,
+                                      const __grid_constant__ CUtensorMap b,
+                                      unsigned m, unsigned n, unsigned k) {}
+"""
+
+
+def _matmul_parts(s, arrays):
+    """The pieces of a matmul call from its torch tensors (64 x 64 bf16), each timed alone."""
+    if s.context.compute_capability < (9, 0):
+        return []  # tensor maps need sm_90
+    out, a, b = s.tensor_mut(arrays["mc"]), s.tensor(arrays["ma"]), s.tensor(arrays["mb"])
+    fn = s.compile(_THREE_MAPS).function("three_maps")
+    # The TMA kernel's config at 64^3: one block, its ring and staging in shared memory.
+    config = tf.LaunchConfig(1, 384, shared_mem_bytes=3 * 48 * 1024 + 2 * 16 * 1024 + 1024)
+
+    def args():
+        return [
+            tf.tensor_map(out, box=(64, 64), swizzle=128),
+            tf.tensor_map(a, box=(128, 64), swizzle=128),
+            tf.tensor_map(b, box=(64, 64), swizzle=128),
+            tf.u32(64),
+            tf.u32(64),
+            tf.u32(64),
+        ]
+
+    # Two lists of their own maps in turn: each launch packs new objects, as a matmul's does.
+    turns = itertools.cycle([args(), args()])
+    return [
+        Method(
+            "matmul bf16: part, s.tensor(torch tensor)", lambda: s.tensor(arrays["ma"]), batch=100
+        ),
+        Method(
+            "matmul bf16: part, tf.tensor_map, kept",
+            lambda: tf.tensor_map(a, box=(128, 64), swizzle=128),
+            batch=100,
+        ),
+        Method(
+            "matmul bf16: part, s.launch(3 new maps, 3 u32)",
+            lambda: s.launch(fn, config, next(turns)),
+            batch=100,
+        ),
+    ]
 
 
 def _host_copy(v):
