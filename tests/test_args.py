@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import tenferro as tf
 from tenferro.args import ParamBlock
 from tenferro.signature import parse_ptx, refine_with_source
+from tenferro.tensor_maps import TENSOR_MAP_C_TYPES
 
 SRC = r"""
 extern "C" __global__ void k(float* y, const float* x, float a, unsigned n, double d,
@@ -665,7 +666,7 @@ def _fitting(p, pool):
     if p.kind == BYTES:
         struct = tf.KernelArg.struct(b"z" * p.size)
         name = None if p.c_type is None else p.c_type.unqualified().name
-        if p.size == 128 and name in (None, "CUtensorMap", "CUtensorMap_st"):
+        if p.size == 128 and (name is None or name in TENSOR_MAP_C_TYPES):
             return [a for a in pool if isinstance(a, tf.TensorMap) and a.state is _OURS] + [struct]
         if p.scalar is not None:  # float2 / double2 by value: a complex too
             return [tf.KernelArg.struct(b"z" * p.size), 1 + 2j, np.complex64(2 - 1j)]
