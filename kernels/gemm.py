@@ -95,8 +95,11 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     op = "kernels.matmul"
     check_session(s, op)
     om, ar, br = s.tensor_mut(out), s.tensor(a), s.tensor(b)
-    # What the checks and the choice of kernel conclude depends on the shapes, the types and
-    # the module's switches alone: worked out once a session, a call then makes its maps.
+    # The kernel a call takes depends on the shapes, the types, the module's switches and two
+    # facts of the addresses alone: worked out once a session (checks included), a call then
+    # makes its spans and maps. TMA reads and writes all three on 16 bytes; the wgmma and
+    # mma.sync kernels read a and b on 16 bytes and write out in pairs of elements.
+    factors16 = not (ar.ptr | br.ptr) & 15
     key = (
         op,
         om.shape,
@@ -105,14 +108,17 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         om.scalar_type,
         ar.scalar_type,
         br.scalar_type,
+        factors16 and not om.ptr & 15,
+        factors16 and not om.ptr % (2 * om.scalar_type.itemsize),
         TMA,
         TMA_CONFIG,
         WGMMA,
+        WGMMA_TILE,
+        BF16_TILE,
     )
-    # Spans off 16 bytes never compile or ask for the TMA kernel.
-    tma = not (om.ptr | ar.ptr | br.ptr) & 15 and plan(s, key, lambda: _tma_call(s, op, om, ar, br))
-    if tma:  # B read in place: it can be captured
-        fn, config, out_box, scalars = tma
+    kind, fn, config, tail = plan(s, key, lambda: _plan(s, op, om, ar, br, key[7], key[8]))
+    if kind is _MAPS:  # B read in place: it can be captured
+        out_box, *scalars = tail
         s.launch(
             fn,
             config,
@@ -123,28 +129,46 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
                 *scalars,
             ],
         )
-        return
+    elif kind is _POINTERS:
+        s.launch(fn, config, [om, ar, br, *tail])
+    elif kind is _B_COPIED:  # the kernel takes B K-major: an (N, K) copy, freed in stream order
+        bt = s.alloc_output(br.shape[::-1], br.scalar_type)  # bf16 has no numpy dtype here
+        transpose(s, bt, br)
+        s.launch(fn, config, [om, ar, s.tensor(bt), *tail])
+    elif kind is _ZEROS:  # an empty sum: zero bytes are 0.0 in f32 and in bf16
+        s.memset(om, 0)
+
+
+# What a plan launches: the TMA kernel with three maps, a kernel with the three spans, the
+# wgmma kernel after a transposed copy of B, a memset (K = 0), or nothing (M or N = 0).
+_MAPS, _POINTERS, _B_COPIED, _ZEROS, _NOTHING = "maps", "pointers", "b copied", "zeros", "nothing"
+
+
+def _plan(
+    s: Any, op: str, om: Any, ar: Any, br: Any, tma_aligned: bool, aligned: bool
+) -> tuple[str, Any, LaunchConfig | None, tuple]:
+    """(what to launch, its Function, its config, the arguments after the arrays or maps).
+
+    Refuses wrong shapes and types, and (but for the TMA kernel) M past the grid's reach.
+    """
     m, n, k, ta, to = _checked(op, om, ar, br)
     if m == 0 or n == 0:
-        return
-    if k == 0:  # an empty sum: zero bytes are 0.0 in f32 and in bf16
-        s.memset(om, 0)
-        return
-    aligned = (
-        k % 8 == 0
-        and n % 8 == 0
-        and ar.ptr % 16 == 0
-        and br.ptr % 16 == 0
-        and om.ptr % (2 * om.scalar_type.itemsize) == 0
-    )
-    wgmma = ta == "bf16" and aligned and WGMMA and s.context.compute_capability == (9, 0)
-    # Pick the kernel and its geometry, then check and launch once.
+        return _NOTHING, None, None, ()
+    if k == 0:
+        return _ZEROS, None, None, ()
+    scalars = (u32(m), u32(n), u32(k))
+    hopper = ta == "bf16" and WGMMA and k % 8 == 0 and n % 8 == 0
+    hopper = hopper and s.context.compute_capability == (9, 0)
+    if hopper and TMA and tma_aligned:
+        fn, config = _tma_plan(s, m, n, to)
+        return _MAPS, fn, config, ((64, 128 // om.scalar_type.itemsize), *scalars)
+    wgmma = hopper and aligned
     if wgmma:
         bn, stages = WGMMA_TILE
         bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA[to]
         name = exprs[WGMMA_TILES.index(WGMMA_TILE)]
         smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
-    elif ta == "bf16" and aligned:
+    elif ta == "bf16" and aligned and k % 8 == 0 and n % 8 == 0:
         bm, bn, wm, wn, stages, bk = BF16_TILE
         name, threads, file, exprs = (
             _PIPELINED[to][BF16_TILES.index(BF16_TILE)],
@@ -159,15 +183,9 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         threads, smem, file, exprs = 256, 0, _FILE, _EXPRS[to]
     if (m + bm - 1) // bm > 65535:  # the grid's y extent
         raise ValidationError(f"{op}: M={m} is above {65535 * bm}")
-    if wgmma:  # the kernel takes B K-major: a temporary (N, K) copy, freed in stream order
-        bt = s.alloc_output((n, k), br.scalar_type)  # bf16 has no numpy dtype without ml_dtypes
-        transpose(s, bt, br)
-        br = s.tensor(bt)
-    s.launch(
-        function(s, file, name, exprs, arch_suffix="a" if wgmma else ""),
-        LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads, shared_mem_bytes=smem),
-        [om, ar, br, u32(m), u32(n), u32(k)],
-    )
+    fn = function(s, file, name, exprs, arch_suffix="a" if wgmma else "")
+    config = LaunchConfig(((n + bn - 1) // bn, (m + bm - 1) // bm), threads, shared_mem_bytes=smem)
+    return (_B_COPIED if wgmma else _POINTERS), fn, config, scalars
 
 
 def _checked(op: str, om: Any, ar: Any, br: Any) -> tuple[int, int, int, str, str]:
@@ -186,29 +204,6 @@ def _checked(op: str, om: Any, ar: Any, br: Any) -> tuple[int, int, int, str, st
     if max(m, n, k) >= 1 << 31:
         raise ValidationError(f"{op}: dimensions {(m, n, k)} must be below 2**31")
     return m, n, k, ta, to
-
-
-def _tma_call(s: Any, op: str, om: Any, ar: Any, br: Any) -> tuple | bool:
-    """For shapes and types the TMA kernel takes: its Function, config, out's box, scalars.
-
-    False for others (a wrong shape or type raises here). The kernel also needs the three
-    spans on 16 bytes, which each call checks.
-    """
-    m, n, k, ta, to = _checked(op, om, ar, br)
-    if not (
-        ta == "bf16"
-        and TMA
-        and WGMMA
-        and m > 0
-        and n > 0
-        and k > 0
-        and k % 8 == 0
-        and n % 8 == 0
-        and s.context.compute_capability == (9, 0)
-    ):
-        return False
-    fn, config = _tma_plan(s, m, n, to)
-    return fn, config, (64, 128 // om.scalar_type.itemsize), (u32(m), u32(n), u32(k))
 
 
 def _tma_plan(s: Any, m: int, n: int, to: str) -> tuple[Any, LaunchConfig]:

@@ -183,6 +183,54 @@ def test_the_tma_matmul_takes_an_out_on_16_bytes_and_the_copying_kernel_one_on_8
 
 
 @pytest.mark.gpu
+def test_matmul_picks_its_kernel_again_when_out_moves_or_a_switch_changes(
+    session, rng, monkeypatch
+):
+    # One shape, calls in turn: the kernel each runs follows out's address (16 bytes, 8, 4)
+    # and the module's switches, not what the session kept for an earlier call of that shape.
+    from conftest import CAI
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    hopper = session.context.compute_capability == (9, 0)
+    m, n, kk = 136, 264, 72
+    a = rng.standard_normal((m, kk)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n)).astype(ml_dtypes.bfloat16)
+    da, db = session.upload(a), session.upload(b)
+    pipelined = "matmul_bf16_pipelined<float, {}, {}, {}, {}, {}, {}>".format
+    wgmma = "matmul_bf16_wgmma<float, {}, {}>".format(*gemm.WGMMA_TILE)
+    steps = [  # (out's offset in bytes, switches, the last kernel on Hopper, elsewhere)
+        (16, {}, _tma_kernel("f32"), pipelined(*gemm.BF16_TILE)),
+        (8, {}, wgmma, pipelined(*gemm.BF16_TILE)),
+        (4, {}, "matmul_bf16<float>", "matmul_bf16<float>"),
+        (16, {"TMA": False}, wgmma, pipelined(*gemm.BF16_TILE)),
+        (16, {"WGMMA": False}, pipelined(*gemm.BF16_TILE), pipelined(*gemm.BF16_TILE)),
+        (
+            16,
+            {"WGMMA": False, "BF16_TILE": gemm.BF16_TILES[1]},
+            pipelined(*gemm.BF16_TILES[1]),
+            pipelined(*gemm.BF16_TILES[1]),
+        ),
+        (
+            16,
+            {"TMA_CONFIG": gemm.TMA_CONFIGS[1]},
+            _tma_kernel("f32", gemm.TMA_CONFIGS[1]),
+            pipelined(*gemm.BF16_TILE),
+        ),
+        (16, {}, _tma_kernel("f32"), pipelined(*gemm.BF16_TILE)),
+    ]
+    for offset, switches, on_hopper, elsewhere in steps:
+        with monkeypatch.context() as patch:
+            for name, value in switches.items():
+                patch.setattr(gemm, name, value)
+            buf = poisoned(session, (m * n + 4,), np.float32)
+            out = CAI(buf.__cuda_array_interface__["data"][0] + offset, (m, n), "<f4", keep=buf)
+            ran = _kernels_run(session, lambda out=out: k.matmul(session, out, da, db))
+        got = session.download(buf)[offset // 4 : offset // 4 + m * n].reshape(m, n)
+        _check_bf16_product(got, a, b, np.float32)
+        assert ran[-1] == (on_hopper if hopper else elsewhere), (offset, switches)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("offset", [8, 1])
 def test_matmul_reads_factors_that_start_inside_a_buffer(session, rng, offset):
     # torch views that start `offset` bf16 elements into NaN-filled buffers: 16 bytes in (the
