@@ -100,6 +100,8 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     # makes its spans and maps. TMA reads and writes all three on 16 bytes; the wgmma and
     # mma.sync kernels read a and b on 16 bytes and write out in pairs of elements.
     factors16 = not (ar.ptr | br.ptr) & 15
+    tma_aligned = factors16 and not om.ptr & 15
+    aligned = factors16 and not om.ptr % (2 * om.scalar_type.itemsize)
     key = (
         op,
         om.shape,
@@ -108,17 +110,17 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
         om.scalar_type,
         ar.scalar_type,
         br.scalar_type,
-        factors16 and not om.ptr & 15,
-        factors16 and not om.ptr % (2 * om.scalar_type.itemsize),
+        tma_aligned,
+        aligned,
         TMA,
         TMA_CONFIG,
         WGMMA,
         WGMMA_TILE,
         BF16_TILE,
     )
-    kind, fn, config, tail = plan(s, key, lambda: _plan(s, op, om, ar, br, key[7], key[8]))
+    kind, fn, config, tail = plan(s, key, lambda: _plan(s, op, om, ar, br, tma_aligned, aligned))
     if kind is _MAPS:  # B read in place: it can be captured
-        out_box, *scalars = tail
+        out_box, scalars = tail
         s.launch(
             fn,
             config,
@@ -161,7 +163,7 @@ def _plan(
     hopper = hopper and s.context.compute_capability == (9, 0)
     if hopper and TMA and tma_aligned:
         fn, config = _tma_plan(s, m, n, to)
-        return _MAPS, fn, config, ((64, 128 // om.scalar_type.itemsize), *scalars)
+        return _MAPS, fn, config, ((64, 128 // om.scalar_type.itemsize), scalars)
     wgmma = hopper and aligned
     if wgmma:
         bn, stages = WGMMA_TILE
