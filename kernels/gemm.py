@@ -70,11 +70,12 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     """``out = a @ b``: a (M, K), b (K, N), row-major, both f32 or both bf16; out (M, N).
 
     ``out`` is f32, or for bf16 ``a`` and ``b`` f32 or bf16 (the f32 sums rounded to nearest).
-    bf16 inputs multiply on the tensor cores with float32 accumulation; where K and N are
-    multiples of 8 and a and b are 16-byte aligned, on Hopper through a persistent kernel that
-    loads a and b as they are with TMA (``gemm.TMA = False``: through wgmma after a transposed
-    copy of b), and elsewhere through the pipelined mma.sync kernel (cp.async, ldmatrix), else
-    through a simpler one that takes any shape. Only enqueues.
+    bf16 inputs multiply on the tensor cores with float32 accumulation. Where K and N are
+    multiples of 8 and a, b and out are 16-byte aligned, on Hopper through a persistent kernel
+    that loads a and b as they are with TMA and stores out with it; with ``gemm.TMA = False``,
+    or out aligned to two of its elements only, through wgmma after a transposed copy of b.
+    Elsewhere, with that alignment, through the pipelined mma.sync kernel (cp.async, ldmatrix),
+    else through a simpler one that takes any shape. Only enqueues.
 
     Args:
         s: The open `tf.Session` to launch on.
