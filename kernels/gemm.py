@@ -74,8 +74,10 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     multiples of 8 and a, b and out are 16-byte aligned, on Hopper through a persistent kernel
     that loads a and b as they are with TMA and stores out with it; with ``gemm.TMA = False``,
     or out aligned to two of its elements only, through wgmma after a transposed copy of b.
-    Elsewhere, with that alignment, through the pipelined mma.sync kernel (cp.async, ldmatrix),
-    else through a simpler one that takes any shape. Only enqueues.
+    Other devices, and Hopper with ``gemm.WGMMA = False``, take the pipelined mma.sync kernel
+    (cp.async, ldmatrix) where K and N are multiples of 8, a and b are 16-byte aligned and out
+    is aligned to two of its elements; other shapes and addresses a simpler one that takes
+    any. Only enqueues.
 
     Args:
         s: The open `tf.Session` to launch on.
@@ -102,7 +104,7 @@ def matmul(s: Any, out: Any, a: Any, b: Any) -> None:
     # mma.sync kernels read a and b on 16 bytes and write out in pairs of elements.
     factors16 = not (ar.ptr | br.ptr) & 15
     tma_aligned = factors16 and not om.ptr & 15
-    aligned = factors16 and not om.ptr % (2 * om.scalar_type.itemsize)
+    aligned = factors16 and not om.ptr % (2 * om.scalar_type.itemsize or 1)  # 0: a record of none
     key = (
         op,
         om.shape,
