@@ -162,8 +162,8 @@ def _plan(
     if k == 0:
         return _ZEROS, None, None, ()
     scalars = (u32(m), u32(n), u32(k))
-    hopper = ta == "bf16" and WGMMA and k % 8 == 0 and n % 8 == 0
-    hopper = hopper and s.context.compute_capability == (9, 0)
+    tiled = ta == "bf16" and k % 8 == 0 and n % 8 == 0  # K and N the tiled kernels take
+    hopper = tiled and WGMMA and s.context.compute_capability == (9, 0)
     if hopper and TMA and tma_aligned:
         fn, config = _tma_plan(s, m, n, to)
         return _MAPS, fn, config, ((64, 128 // om.scalar_type.itemsize), scalars)
@@ -173,7 +173,7 @@ def _plan(
         bm, threads, file, exprs = 128, 256, "matmul_sm90.cu", _WGMMA[to]
         name = exprs[WGMMA_TILES.index(WGMMA_TILE)]
         smem = stages * (bm + bn) * 64 * 2 + 1024  # + the 1024-byte alignment of the swizzle
-    elif ta == "bf16" and aligned and k % 8 == 0 and n % 8 == 0:
+    elif tiled and aligned:
         bm, bn, wm, wn, stages, bk = BF16_TILE
         name, threads, file, exprs = (
             _PIPELINED[to][BF16_TILES.index(BF16_TILE)],
